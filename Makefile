@@ -1,0 +1,53 @@
+# Two commands matter:  `make serve` (set up, build, serve until Ctrl-C)  and  `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+
+# Artifacts of text_embedding (git-ignored, built from the source weights).
+TEXT_EMBEDDING_ARTIFACTS := \
+	model_repository/text_embedding_encoder/1/model.onnx \
+	model_repository/text_embedding_encoder/1/build_metadata.json \
+	model_repository/text_embedding_tokenize/1/tokenizer.json
+
+SERVE_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: help setup artifacts serve test lint clean
+
+help:
+	@echo "make serve     set up, build the artifacts, run the embedded Triton server (Ctrl-C stops)"
+	@echo "make test      set up, build the artifacts, run the tests against a real server"
+	@echo "make setup     create $(VENV) with the versions pinned in requirements.txt"
+	@echo "make artifacts build the model files from the source weights"
+	@echo "make lint      ruff check + ruff format --check"
+	@echo "make clean     remove built artifacts and build/ (keeps $(VENV))"
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --editable .
+	touch $@
+
+artifacts: $(TEXT_EMBEDDING_ARTIFACTS)
+
+$(TEXT_EMBEDDING_ARTIFACTS) &: $(STAMP) builders/text_embedding_onnx.py tritonrepo/text/spec.py \
+		tritonrepo/text/tokenization.py
+	$(PY) -m builders.text_embedding_onnx
+
+serve: artifacts
+	$(PY) -m tritonrepo.launcher $(SERVE_ARGS)
+
+test: artifacts
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+clean:
+	rm -rf build $(TEXT_EMBEDDING_ARTIFACTS)

@@ -1,0 +1,1 @@
+"""Scripts that build every artifact of the model repository from source weights."""

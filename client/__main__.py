@@ -1,0 +1,7 @@
+"""``python -m tritonrepo_client`` = ``tritonrepo-client``."""
+
+import sys
+
+from tritonrepo_client.cli import main
+
+sys.exit(main())

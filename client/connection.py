@@ -1,0 +1,138 @@
+"""One connection to a Triton server over HTTP or gRPC, with errors explained in one line."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+Protocol = Literal["http", "grpc"]
+DEFAULT_URLS: dict[str, str] = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
+T = TypeVar("T")
+
+
+class ClientError(RuntimeError):
+    """The server answered with an error; the message is Triton's, on one line."""
+
+
+class ServerUnreachable(ClientError):
+    """No Triton server answers at the URL."""
+
+
+def _is_unreachable(exc: BaseException) -> bool:
+    if isinstance(exc, (ConnectionError, OSError, TimeoutError)):
+        return True
+    if isinstance(exc, InferenceServerException):
+        status = str(exc.status() or "")
+        text = str(exc.message() or "")
+        return "UNAVAILABLE" in status or "failed to connect" in text.lower()
+    return False
+
+
+class TritonConnection:
+    """A tritonclient HTTP or gRPC client behind one interface.
+
+    Args:
+        url: ``host:port`` (default 127.0.0.1:8000 for HTTP, 127.0.0.1:8001 for gRPC).
+        protocol: ``"http"`` or ``"grpc"``.
+        timeout_s: network timeout in seconds for connecting and for each call.
+
+    Raises:
+        ValueError: unknown protocol.
+    """
+
+    def __init__(
+        self, url: str | None = None, protocol: Protocol = "http", timeout_s: float = 60.0
+    ) -> None:
+        if protocol not in DEFAULT_URLS:
+            raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
+        self.protocol = protocol
+        self.url = url or DEFAULT_URLS[protocol]
+        self.timeout_s = timeout_s
+        self.module: Any = httpclient if protocol == "http" else grpcclient
+        if protocol == "http":
+            self.client: Any = httpclient.InferenceServerClient(
+                self.url, connection_timeout=timeout_s, network_timeout=timeout_s
+            )
+        else:
+            self.client = grpcclient.InferenceServerClient(self.url)
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run ``fn``, translating failures into :class:`ClientError` / :class:`ServerUnreachable`.
+
+        ``what`` names the action in the message (e.g. "infer text_embedding").
+        """
+        try:
+            return fn()
+        except Exception as exc:
+            if _is_unreachable(exc):
+                raise ServerUnreachable(
+                    f"cannot reach Triton at {self.url} over {self.protocol} ({what}): "
+                    f"{_reason(exc)}; is the server running (`make serve`) and the URL right?"
+                ) from None
+            raise ClientError(f"{what} failed: {_reason(exc)}") from None
+
+    def model_config(self, model: str) -> dict[str, Any]:
+        """The model's configuration as a dict (ModelConfig JSON field names)."""
+        if self.protocol == "http":
+            return self.call(f"config of {model}", lambda: self.client.get_model_config(model))
+        result = self.call(
+            f"config of {model}", lambda: self.client.get_model_config(model, as_json=True)
+        )
+        return result["config"]
+
+    def infer(
+        self,
+        model: str,
+        inputs: dict[str, np.ndarray],
+        outputs: Sequence[str],
+        model_version: str = "",
+        **kwargs: Any,
+    ) -> dict[str, np.ndarray]:
+        """One inference; ``inputs`` are numpy arrays (object arrays of bytes for BYTES).
+
+        Returns ``{output name: array}``.
+
+        Raises:
+            ServerUnreachable, ClientError: see :meth:`call`.
+        """
+        tensors = []
+        for name, value in inputs.items():
+            dtype = "BYTES" if value.dtype == object else np_to_triton_dtype(value.dtype)
+            tensor = self.module.InferInput(name, list(value.shape), dtype)
+            tensor.set_data_from_numpy(value)
+            tensors.append(tensor)
+        requested = [self.module.InferRequestedOutput(name) for name in outputs]
+        if self.protocol == "grpc":
+            kwargs.setdefault("client_timeout", self.timeout_s)
+        result = self.call(
+            f"infer {model}",
+            lambda: self.client.infer(
+                model, tensors, model_version=model_version, outputs=requested, **kwargs
+            ),
+        )
+        return {name: result.as_numpy(name) for name in outputs}
+
+    def close(self) -> None:
+        """Close the underlying client."""
+        with contextlib.suppress(Exception):
+            self.client.close()
+
+    def __enter__(self) -> TritonConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, InferenceServerException):
+        text = exc.message() or str(exc)
+    else:
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return " ".join(str(text).split())

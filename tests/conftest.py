@@ -1,0 +1,63 @@
+"""Fixtures: a real tritonserver (the project's launcher) and the reference implementation."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from tritonrepo.launcher import ServerOptions, TritonServer, free_port
+from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
+from tritonrepo.text import spec
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def require_artifacts() -> None:
+    """Fail (not skip) when the built artifacts are missing: `make test` builds them."""
+    onnx_file = MODEL_REPOSITORY / spec.ENCODER_MODEL / "1" / "model.onnx"
+    if not onnx_file.is_file():
+        pytest.fail(f"{onnx_file} is missing: run `make artifacts` (make test does it)")
+
+
+def server_options(**overrides) -> ServerOptions:
+    """Options for a test server on free ports, logging under build/."""
+    options = ServerOptions(
+        http_port=free_port(),
+        grpc_port=free_port(),
+        metrics_port=free_port(),
+        log_file=BUILD_DIR / "test-logs" / "tritonserver.log",
+    )
+    for key, value in overrides.items():
+        setattr(options, key, value)
+    return options
+
+
+@pytest.fixture(scope="session")
+def triton_server() -> Iterator[TritonServer]:
+    """The embedded tritonserver with `text_embedding` loaded (CPU configs), for the session."""
+    require_artifacts()
+    with TritonServer(server_options()) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def reference_model():
+    """sentence-transformers' own all-MiniLM-L6-v2, loaded offline from the wheel."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(spec.source_model_dir()), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def reference_embed(reference_model):
+    """texts -> FP32 [n, 384] from sentence-transformers encode(normalize_embeddings=True)."""
+
+    def embed(texts: list[str]) -> np.ndarray:
+        return reference_model.encode(
+            list(texts), normalize_embeddings=True, convert_to_numpy=True, batch_size=16
+        )
+
+    return embed

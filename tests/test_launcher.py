@@ -1,0 +1,119 @@
+"""The launcher against the real binary: failures explained in one line, clean stop."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_artifacts, server_options
+from tritonrepo.launcher import LaunchError, TritonServer, free_port
+from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo.text import spec
+
+pytestmark = pytest.mark.server
+
+
+def copy_repository(dest: Path) -> Path:
+    """A copy of the model repository (with built artifacts) that a test may break."""
+    require_artifacts()
+    return Path(
+        shutil.copytree(
+            MODEL_REPOSITORY,
+            dest / "model_repository",
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+    )
+
+
+def test_port_in_use_is_explained_before_starting():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        server = TritonServer(server_options(grpc_port=port))
+        with pytest.raises(LaunchError, match=f"gRPC port {port} on 127.0.0.1 is already in use"):
+            server.start()
+        assert server.process is None
+
+
+def test_port_in_use_from_command_line_is_one_line():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tritonrepo.launcher",
+                "--http-port",
+                str(port),
+                "--grpc-port",
+                str(free_port()),
+                "--metrics-port",
+                str(free_port()),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert out.returncode == 1
+    assert (
+        out.stderr == f"error: HTTP port {port} on 127.0.0.1 is already in use "
+        "(Address already in use); stop the other process or choose another port\n"
+    )
+
+
+def test_missing_artifact_names_the_model_and_the_fix(tmp_path):
+    repo = copy_repository(tmp_path)
+    (repo / spec.ENCODER_MODEL / "1" / "model.onnx").unlink()
+    server = TritonServer(server_options(model_repository=repo))
+    with pytest.raises(LaunchError) as info:
+        server.start()
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"model '{spec.ENCODER_MODEL}' failed to load" in message
+    assert "model.onnx is missing; build it with `make artifacts`" in message
+    assert server.process is None  # stopped after the failure
+
+
+def test_broken_config_names_the_model(tmp_path):
+    repo = copy_repository(tmp_path)
+    config = repo / spec.POOL_MODEL / "config.pbtxt"
+    config.write_text(config.read_text().replace('backend: "python"', 'backend: "no_such"'))
+    with pytest.raises(LaunchError, match=f"model '{spec.POOL_MODEL}' failed to load.*no_such"):
+        TritonServer(server_options(model_repository=repo)).start()
+
+
+def test_unknown_model_is_refused():
+    with pytest.raises(LaunchError, match="model 'nope' is not in the model repository"):
+        TritonServer(server_options(models=("nope",))).start()
+
+
+def test_serves_then_stops_cleanly_and_frees_ports():
+    import tritonclient.http as httpclient
+
+    require_artifacts()
+    server = TritonServer(server_options())
+    server.start()
+    options = server.options
+    client = httpclient.InferenceServerClient(options.http_url)
+    try:
+        assert client.is_server_ready()
+        assert client.is_model_ready(spec.ENSEMBLE)
+        index = {m["name"]: m["state"] for m in client.get_model_repository_index()}
+    finally:
+        client.close()
+    assert index[spec.ENSEMBLE] == "READY"
+    assert server.stop() == 0
+    for port in (options.http_port, options.grpc_port, options.metrics_port):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))  # would raise if the server still held it
+    log = Path(options.log_file).read_text()
+    assert "Started HTTPService at 127.0.0.1" in log

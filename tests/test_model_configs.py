@@ -1,0 +1,156 @@
+"""Every config parses into tritonclient's ModelConfig; ensembles are consistent graphs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from tritonrepo.model_config import (
+    ModelConfig,
+    all_config_files,
+    check_ensemble,
+    config_path,
+    load_config,
+)
+from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo.text import spec
+
+CONFIG_FILES = all_config_files(MODEL_REPOSITORY)
+ENSEMBLES = [
+    p.parent.name
+    for p in MODEL_REPOSITORY.glob("*/config.pbtxt")
+    if load_config(p).platform == "ensemble"
+]
+
+
+def test_repository_has_configs():
+    assert len(CONFIG_FILES) >= 5
+    assert spec.ENSEMBLE in ENSEMBLES
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: str(p.relative_to(MODEL_REPOSITORY)))
+def test_config_parses_and_names_its_folder(path: Path):
+    cfg = load_config(path)
+    model_dir = path.parent if path.name == "config.pbtxt" else path.parent.parent
+    assert cfg.name == model_dir.name
+    assert cfg.max_batch_size > 0  # every step batches dynamically
+    if cfg.platform != "ensemble":
+        assert cfg.HasField("dynamic_batching"), "step models use dynamic batching"
+        assert len(cfg.instance_group) >= 1
+
+
+@pytest.mark.parametrize("config_name", [None, "cpu"], ids=["gpu", "cpu"])
+@pytest.mark.parametrize("ensemble", ENSEMBLES)
+def test_ensemble_graph_is_consistent(ensemble: str, config_name: str | None):
+    assert check_ensemble(MODEL_REPOSITORY, ensemble, config_name) == []
+
+
+def test_encoder_gpu_config_is_a_tensorrt_plan_matching_its_profile():
+    cfg = load_config(MODEL_REPOSITORY / spec.ENCODER_MODEL / "config.pbtxt")
+    assert cfg.platform == "tensorrt_plan"
+    assert [g.kind for g in cfg.instance_group] == [mc.ModelInstanceGroup.KIND_GPU]
+    for name in spec.ENCODER_INPUTS:
+        (lo, _opt, hi) = spec.PROFILE[name]
+        assert lo[0] == 1 and hi[0] == cfg.max_batch_size
+        assert hi[1] == spec.MAX_SEQ_LENGTH
+    preferred = list(cfg.dynamic_batching.preferred_batch_size)
+    assert preferred and max(preferred) <= cfg.max_batch_size
+    assert cfg.dynamic_batching.max_queue_delay_microseconds > 0
+
+
+def test_encoder_cpu_config_has_the_same_interface():
+    gpu = load_config(MODEL_REPOSITORY / spec.ENCODER_MODEL / "config.pbtxt")
+    cpu = load_config(config_path(MODEL_REPOSITORY, spec.ENCODER_MODEL, "cpu"))
+    assert cpu.backend == "onnxruntime_python"
+    assert [g.kind for g in cpu.instance_group] == [mc.ModelInstanceGroup.KIND_CPU]
+    assert cpu.max_batch_size == gpu.max_batch_size
+    assert list(cpu.input) == list(gpu.input) and list(cpu.output) == list(gpu.output)
+
+
+# --- the checker itself must catch broken ensembles ------------------------------------------
+
+
+def broken_copy(tmp_path: Path, model: str, old: str, new: str) -> Path:
+    repo = Path(
+        shutil.copytree(
+            MODEL_REPOSITORY,
+            tmp_path / "repo",
+            ignore=shutil.ignore_patterns("*.onnx", "__pycache__"),
+        )
+    )
+    path = repo / model / "config.pbtxt"
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+    return repo
+
+
+@pytest.mark.parametrize(
+    ("model", "old", "new", "problem"),
+    [
+        (
+            spec.ENSEMBLE,
+            'key: "token_embeddings" value: "token_embeddings" }\n    }',
+            'key: "token_embedding" value: "token_embeddings" }\n    }',
+            "'token_embedding' is not an output of 'text_embedding_encoder'",
+        ),
+        (
+            spec.ENSEMBLE,
+            'input_map { key: "input_ids" value: "input_ids" }',
+            'input_map { key: "input_ids" value: "ids_from_nowhere" }',
+            "consumes ['ids_from_nowhere'], which no earlier step produces",
+        ),
+        (
+            spec.POOL_MODEL,
+            'name: "token_embeddings" data_type: TYPE_FP32 dims: [ -1, 384 ]',
+            'name: "token_embeddings" data_type: TYPE_FP16 dims: [ -1, 384 ]',
+            "expects TYPE_FP16 [batch, -1, 384]",
+        ),
+        (
+            spec.POOL_MODEL,
+            "dims: [ 384 ]",
+            "dims: [ 768 ]",
+            "output 'EMBEDDING' is declared TYPE_FP32 [batch, 384] but its step produces",
+        ),
+        (
+            spec.ENSEMBLE,
+            "max_batch_size: 64",
+            "max_batch_size: 128",
+            "max_batch_size 128 exceeds step 'text_embedding_tokenize' max_batch_size 64",
+        ),
+        (
+            spec.TOKENIZE_MODEL,
+            "max_batch_size: 64",
+            "max_batch_size: 0",
+            "is TYPE_STRING [batch, 1] but 'text_embedding_tokenize' input 'TEXT' expects",
+        ),
+        (
+            spec.ENSEMBLE,
+            'platform: "ensemble"',
+            'platform: "ensemble"\ninstance_group [ { kind: KIND_CPU } ]',
+            "instance group should not be specified for ensemble",
+        ),
+    ],
+    ids=[
+        "unknown-output",
+        "never-produced",
+        "dtype",
+        "dims",
+        "batch-size",
+        "batch-dim",
+        "instance-group",
+    ],
+)
+def test_checker_catches(tmp_path, model, old, new, problem):
+    repo = broken_copy(tmp_path, model, old, new)
+    problems = check_ensemble(repo, spec.ENSEMBLE)
+    assert any(problem in p for p in problems), problems
+
+
+def test_parse_rejects_unknown_fields():
+    with pytest.raises(text_format.ParseError):
+        text_format.Parse('name: "x" max_batch: 4', ModelConfig())

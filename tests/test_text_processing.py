@@ -1,0 +1,72 @@
+"""Tokenization and pooling against sentence-transformers' own modules (no server)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.sentences import SENTENCES
+from tritonrepo.errors import InvalidRequest
+from tritonrepo.model_config import load_config
+from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo.text import spec
+from tritonrepo.text.pooling import mean_pool_normalize
+from tritonrepo.text.tokenization import TextTokenizer, decode_texts
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> TextTokenizer:
+    return TextTokenizer(spec.source_model_dir() / "tokenizer.json", spec.MAX_SEQ_LENGTH)
+
+
+def test_max_seq_length_is_the_reference_one(reference_model):
+    cfg = load_config(MODEL_REPOSITORY / spec.TOKENIZE_MODEL / "config.pbtxt")
+    assert int(cfg.parameters["max_seq_length"].string_value) == reference_model.max_seq_length
+    assert reference_model.max_seq_length == spec.MAX_SEQ_LENGTH
+
+
+def test_tokens_match_reference_padded_to_longest(tokenizer, reference_model):
+    ids, mask = tokenizer.encode(SENTENCES)
+    ref = reference_model.tokenize(SENTENCES)  # pads to longest, truncates at max_seq_length
+    assert ids.dtype == np.int64 and mask.dtype == np.int64
+    assert ids.shape == tuple(ref["input_ids"].shape)
+    assert ids.shape[1] == spec.MAX_SEQ_LENGTH  # the long paragraph is truncated, not dropped
+    np.testing.assert_array_equal(ids, ref["input_ids"].numpy())
+    np.testing.assert_array_equal(mask, ref["attention_mask"].numpy())
+
+
+def test_short_batch_is_not_padded_to_max(tokenizer):
+    ids, mask = tokenizer.encode(["Hi", "Hello there"])
+    assert ids.shape == (2, 4)  # [CLS] hello there [SEP]
+    assert mask.tolist() == [[1, 1, 1, 0], [1, 1, 1, 1]]
+
+
+def test_decode_texts_errors():
+    with pytest.raises(InvalidRequest, match="empty"):
+        decode_texts(np.zeros((0, 1), dtype=object))
+    bad_utf8 = r"TEXT\[2\] is not valid UTF-8 \(byte 0xc3 at offset 1"
+    with pytest.raises(InvalidRequest, match=bad_utf8):
+        decode_texts(np.array([[b"a"], [b"b"], [b"x\xc3("]], dtype=object))
+    assert decode_texts(np.array([["é".encode()], [b""]], dtype=object)) == ["é", ""]
+
+
+def test_pooling_matches_sentence_transformers_modules():
+    from sentence_transformers.models import Normalize, Pooling
+
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(5, 9, spec.HIDDEN_SIZE)).astype(np.float32)
+    lengths = [9, 1, 4, 7, 2]
+    mask = (np.arange(9)[None, :] < np.array(lengths)[:, None]).astype(np.int64)
+    features = {
+        "token_embeddings": torch.from_numpy(emb),
+        "attention_mask": torch.from_numpy(mask),
+    }
+    pooled = Pooling(spec.HIDDEN_SIZE, pooling_mode="mean")(features)
+    expected = Normalize()(pooled)["sentence_embedding"].numpy()
+    np.testing.assert_allclose(mean_pool_normalize(emb, mask), expected, atol=1e-6)
+
+
+def test_pooling_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match="do not agree"):
+        mean_pool_normalize(np.zeros((2, 3, 4), np.float32), np.ones((2, 4), np.int64))

@@ -1,0 +1,465 @@
+"""Start and stop the embedded ``tritonserver`` 2.51.0 bundled in ``nvidia-pytriton==0.7.0``.
+
+This is the one way this project starts a server: ``make serve``, the test fixtures and the
+benchmarks all go through :class:`TritonServer`. It
+
+* assembles a backend directory (the Python backend, the stub for the running Python, and the
+  Python-based backends of ``backends/``),
+* sets ``LD_LIBRARY_PATH`` (the wheel's ``nvidia_pytriton.libs`` and this Python's ``libpython``)
+  and puts this interpreter's ``bin/`` first on ``PATH`` (the stub imports from that environment),
+* runs the server in ``--model-control-mode=explicit`` with ``--model-config-name`` (``cpu`` by
+  default), loads the requested models at start, binds HTTP/gRPC/metrics to 127.0.0.1 unless told
+  otherwise, and streams the server log to a file,
+* waits for readiness and turns every known failure (port in use, missing artifact, model that
+  fails to load, timeout) into a :class:`LaunchError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tritonrepo.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY
+
+DEFAULT_MODELS = ("text_embedding",)
+
+
+class LaunchError(RuntimeError):
+    """The server could not be started or a model could not be loaded; the message is one line."""
+
+
+@dataclass
+class ServerOptions:
+    """How to run the server.
+
+    Ports are TCP ports; ``startup_timeout_s`` and ``stop_timeout_s`` are seconds.
+    ``host`` is the address HTTP, gRPC and metrics bind to: 127.0.0.1 unless exposed on purpose.
+    """
+
+    model_repository: Path = MODEL_REPOSITORY
+    models: Sequence[str] = DEFAULT_MODELS
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    model_config_name: str | None = "cpu"
+    log_file: Path = BUILD_DIR / "tritonserver.log"
+    log_verbose: int = 0
+    startup_timeout_s: float = 180.0
+    stop_timeout_s: float = 30.0
+    extra_args: Sequence[str] = field(default_factory=tuple)
+
+    @property
+    def client_host(self) -> str:
+        """Address a local client connects to (0.0.0.0 / :: are not connectable)."""
+        return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` of the HTTP endpoint, as tritonclient takes it."""
+        return f"{self.client_host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` of the gRPC endpoint, as tritonclient takes it."""
+        return f"{self.client_host}:{self.grpc_port}"
+
+
+def _pytriton_root() -> Path:
+    try:
+        import pytriton
+    except ImportError as exc:
+        raise LaunchError(
+            "nvidia-pytriton is not installed in this environment; run `make setup`"
+        ) from exc
+    return Path(pytriton.__file__).resolve().parent
+
+
+def tritonserver_binary() -> Path:
+    """Path of the bundled ``tritonserver`` binary.
+
+    Raises:
+        LaunchError: nvidia-pytriton is missing or ships no binary.
+    """
+    binary = _pytriton_root() / "tritonserver" / "bin" / "tritonserver"
+    if not binary.is_file():
+        raise LaunchError(f"tritonserver binary not found at {binary}; reinstall nvidia-pytriton")
+    return binary
+
+
+def library_path() -> str:
+    """``LD_LIBRARY_PATH`` for the server and the Python backend stub."""
+    libs = _pytriton_root().parent / "nvidia_pytriton.libs"
+    parts = [str(libs), sysconfig.get_config_var("LIBDIR") or ""]
+    parts += [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(p for p in parts if p)
+
+
+def _copy(source: Path, dest: Path) -> None:
+    """Copy unless ``dest`` already matches (copies, not symlinks: Triton rejects a backend
+    library whose real path escapes the backend directory)."""
+    if dest.is_file() and not dest.is_symlink() and dest.read_bytes() == source.read_bytes():
+        return
+    if dest.is_symlink() or dest.exists():
+        dest.unlink()
+    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
+    shutil.copy2(source, tmp)
+    os.replace(tmp, dest)
+
+
+def assemble_backend_directory(dest: Path = BUILD_DIR / "triton" / "backends") -> Path:
+    """Lay out ``--backend-directory``: ``python/`` plus one folder per Python-based backend.
+
+    ``python/`` holds ``libtriton_python.so``, ``triton_python_backend_utils.py`` and the stub built
+    for the running Python (``sys.version_info``); each ``backends/<name>/model.py`` of this
+    repository becomes ``<dest>/<name>/model.py`` (Triton's "Python-based backends", ≥ 2.39).
+
+    Raises:
+        LaunchError: the wheel has no stub for this Python version.
+    """
+    root = _pytriton_root() / "tritonserver"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise LaunchError(f"nvidia-pytriton has no Python backend stub for Python {version}")
+    python_dir = dest / "python"
+    python_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
+        _copy(root / "backends" / "python" / name, python_dir / name)
+    _copy(stub, python_dir / "triton_python_backend_stub")
+    for model_py in sorted(BACKENDS_SOURCE.glob("*/model.py")):
+        backend_dir = dest / model_py.parent.name
+        backend_dir.mkdir(parents=True, exist_ok=True)
+        _copy(model_py, backend_dir / "model.py")
+    return dest
+
+
+def check_port_free(host: str, port: int, what: str) -> None:
+    """Raise :class:`LaunchError` if ``host:port`` cannot be bound (``what`` names the endpoint)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise LaunchError(
+                f"{what} port {port} on {host} is already in use ({exc.strerror}); "
+                f"stop the other process or choose another port"
+            ) from None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now (for tests and parallel servers)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """Condense a Triton error (often a multi-line Python traceback) to one line.
+
+    Keeps what precedes the stub's ``At:`` traceback marker, collapses whitespace, and cuts at
+    ``limit`` characters.
+    """
+    text = text.split("\n\nAt:")[0].split("\nAt:\n")[0]
+    text = re.sub(r"\s+", " ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _terminate_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the launcher dies, even by SIGKILL
+    (Linux ``prctl(PR_SET_PDEATHSIG)``), so no server outlives its launcher or test run."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+class TritonServer:
+    """A running ``tritonserver`` process; use as a context manager or call start/stop.
+
+    Example::
+
+        with TritonServer(ServerOptions(http_port=free_port())) as server:
+            print(server.options.http_url)
+    """
+
+    def __init__(self, options: ServerOptions | None = None) -> None:
+        self.options = options or ServerOptions()
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log_handle = None
+
+    def command(self, backend_directory: Path) -> list[str]:
+        """The full ``tritonserver`` command line."""
+        o = self.options
+        cmd = [
+            str(tritonserver_binary()),
+            f"--model-repository={Path(o.model_repository).resolve()}",
+            f"--backend-directory={backend_directory}",
+            "--model-control-mode=explicit",
+            f"--http-address={o.host}",
+            f"--http-port={o.http_port}",
+            f"--grpc-address={o.host}",
+            f"--grpc-port={o.grpc_port}",
+            "--allow-metrics=true",
+            f"--metrics-address={o.host}",
+            f"--metrics-port={o.metrics_port}",
+            "--allow-gpu-metrics=false",
+            "--exit-on-error=false",
+            "--strict-readiness=true",
+            f"--log-verbose={o.log_verbose}",
+        ]
+        if o.model_config_name:
+            cmd.append(f"--model-config-name={o.model_config_name}")
+        cmd += [f"--load-model={m}" for m in o.models]
+        cmd += list(o.extra_args)
+        return cmd
+
+    def environment(self) -> dict[str, str]:
+        """Environment of the server: library path and this interpreter's ``bin/`` first."""
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = library_path()
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        return env
+
+    def _preflight(self) -> None:
+        o = self.options
+        repo = Path(o.model_repository)
+        if not repo.is_dir():
+            raise LaunchError(f"model repository {repo} does not exist")
+        for name in o.models:
+            if not (repo / name).is_dir():
+                raise LaunchError(f"model '{name}' is not in the model repository {repo}")
+        ports = (("HTTP", o.http_port), ("gRPC", o.grpc_port), ("metrics", o.metrics_port))
+        for what, port in ports:
+            check_port_free(o.host, port, what)
+
+    def start(self) -> TritonServer:
+        """Start the server, load ``options.models`` and wait until all of them are READY.
+
+        Raises:
+            LaunchError: port in use, missing repository or model, a model that fails to load
+                (the message names the model and Triton's reason), the process exiting early,
+                or readiness not reached within ``startup_timeout_s`` seconds.
+        """
+        self._preflight()
+        backends = assemble_backend_directory()
+        log_file = Path(self.options.log_file)
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        self._log_handle = open(log_file, "wb")  # noqa: SIM115 - lives as long as the server
+        self.process = subprocess.Popen(
+            self.command(backends),
+            stdout=self._log_handle,
+            stderr=subprocess.STDOUT,
+            env=self.environment(),
+            start_new_session=True,  # Ctrl-C reaches the launcher, which stops the server
+            preexec_fn=_terminate_with_parent,
+        )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        import tritonclient.http as httpclient
+
+        o = self.options
+        deadline = time.monotonic() + o.startup_timeout_s
+        client = httpclient.InferenceServerClient(o.http_url, connection_timeout=5.0)
+        try:
+            while True:
+                if self.process is not None and self.process.poll() is not None:
+                    raise LaunchError(self._exit_reason())
+                with contextlib.suppress(Exception):
+                    if client.is_server_live():
+                        break
+                if time.monotonic() > deadline:
+                    raise LaunchError(
+                        f"tritonserver was not live within {o.startup_timeout_s:.0f} s; "
+                        f"see {o.log_file}"
+                    )
+                time.sleep(0.2)
+            # Models listed with --load-model are loaded before the endpoints open, so the
+            # repository index now holds their final state.
+            failures = self._load_failures(client.get_model_repository_index())
+            if failures:
+                raise LaunchError(failures)
+            while not client.is_server_ready():
+                if time.monotonic() > deadline:
+                    raise LaunchError(
+                        f"tritonserver was not ready within {o.startup_timeout_s:.0f} s; "
+                        f"see {o.log_file}"
+                    )
+                time.sleep(0.2)
+        finally:
+            client.close()
+
+    def _load_failures(self, index: list[dict]) -> str:
+        """One line naming the models that are not READY, composing models first."""
+        states = {entry["name"]: entry for entry in index}
+        failed = []
+        for name in self.options.models:
+            entry = states.get(name, {})
+            if entry.get("state") != "READY":
+                failed.append(name)
+        if not failed:
+            return ""
+        # A failing step makes its ensemble fail too; name the step, whose reason is the cause.
+        steps = [e for e in index if e.get("state") == "UNAVAILABLE" and e["name"] not in failed]
+        culprit = steps[0] if steps else states.get(failed[0], {"name": failed[0]})
+        reason = one_line(culprit.get("reason") or "unknown reason (see the server log)")
+        return (
+            f"model '{culprit['name']}' failed to load, so {', '.join(failed)} cannot serve: "
+            f"{reason} (log: {self.options.log_file})"
+        )
+
+    def _exit_reason(self) -> str:
+        code = self.process.returncode if self.process else None
+        tail = ""
+        with contextlib.suppress(OSError):
+            lines = Path(self.options.log_file).read_text(errors="replace").splitlines()
+            errors = [ln for ln in lines if ln.startswith("E") or "error" in ln.lower()]
+            tail = one_line((errors or lines or [""])[-1], limit=300)
+        return (
+            f"tritonserver exited with code {code} during startup: {tail} "
+            f"(log: {self.options.log_file})"
+        )
+
+    def stop(self) -> int | None:
+        """Stop the server: SIGTERM, wait ``stop_timeout_s`` seconds, then SIGKILL.
+
+        Returns the process exit code (``None`` if it was never started).
+        """
+        code = None
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM)
+                try:
+                    self.process.wait(timeout=self.options.stop_timeout_s)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait()
+            code = self.process.returncode
+            self.process = None
+        if self._log_handle is not None:
+            self._log_handle.close()
+            self._log_handle = None
+        return code
+
+    def __enter__(self) -> TritonServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line options of ``python -m tritonrepo.launcher``."""
+    p = argparse.ArgumentParser(
+        prog="tritonrepo-serve",
+        description="Run the embedded tritonserver on this model repository until interrupted.",
+    )
+    p.add_argument("--model-repository", type=Path, default=MODEL_REPOSITORY)
+    p.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        help=f"model to load at start (repeatable; default: {', '.join(DEFAULT_MODELS)})",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind HTTP, gRPC and metrics to (default 127.0.0.1)",
+    )
+    p.add_argument(
+        "--expose", action="store_true", help="bind to 0.0.0.0 (all interfaces) instead of --host"
+    )
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument(
+        "--model-config-name",
+        default="cpu",
+        help="configs/<name>.pbtxt to use for every model ('' = config.pbtxt)",
+    )
+    p.add_argument("--log-file", type=Path, default=BUILD_DIR / "tritonserver.log")
+    p.add_argument("--log-verbose", type=int, default=0)
+    p.add_argument("--startup-timeout", type=float, default=180.0, help="seconds")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve until SIGINT/SIGTERM; exit 1 with a one-line reason if the server cannot start."""
+    args = parse_args(argv)
+    options = ServerOptions(
+        model_repository=args.model_repository,
+        models=tuple(args.models or DEFAULT_MODELS),
+        host="0.0.0.0" if args.expose else args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        model_config_name=args.model_config_name or None,
+        log_file=args.log_file,
+        log_verbose=args.log_verbose,
+        startup_timeout_s=args.startup_timeout,
+    )
+    server = TritonServer(options)
+    print(
+        f"starting tritonserver (models: {', '.join(options.models)}; log: {options.log_file})",
+        flush=True,
+    )
+    try:
+        server.start()
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        server.stop()
+        return 130
+    print(
+        f"ready: HTTP {options.http_url}  gRPC {options.grpc_url}  "
+        f"metrics http://{options.client_host}:{options.metrics_port}/metrics  (Ctrl-C to stop)",
+        flush=True,
+    )
+    stopping = False
+
+    def _stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        while not stopping and server.process is not None and server.process.poll() is None:
+            time.sleep(0.5)
+    finally:
+        crashed = server.process is not None and server.process.poll() is not None
+        code = server.stop()
+    if crashed:
+        print(
+            f"error: tritonserver exited unexpectedly with code {code}; see {options.log_file}",
+            file=sys.stderr,
+        )
+        return 1
+    print("tritonserver stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Read model configs into tritonclient's ``ModelConfig`` protobuf and check ensembles offline.
+
+``text_format.Parse`` only validates field names, types and enums; :func:`check_ensemble` adds
+the graph checks Triton itself performs at load time (sources: Triton's ``ensemble_models.md``
+and ``qa/L0_model_config/autofill_noplatform/ensemble/*/expected``), so a broken ensemble fails in
+a unit test instead of at server start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+ModelConfig = mc.ModelConfig
+
+
+def config_path(repository: Path, model: str, config_name: str | None = None) -> Path:
+    """The config Triton uses for ``model``: ``configs/<config_name>.pbtxt`` when given and
+    present (``--model-config-name``), otherwise ``config.pbtxt``."""
+    if config_name:
+        custom = repository / model / "configs" / f"{config_name}.pbtxt"
+        if custom.is_file():
+            return custom
+    return repository / model / "config.pbtxt"
+
+
+def load_config(path: Path) -> ModelConfig:
+    """Parse a ``.pbtxt`` file.
+
+    Raises:
+        google.protobuf.text_format.ParseError: unknown field, wrong type or bad enum value.
+        FileNotFoundError: no such file.
+    """
+    return text_format.Parse(Path(path).read_text(), ModelConfig())
+
+
+def all_config_files(repository: Path) -> list[Path]:
+    """Every ``config.pbtxt`` and ``configs/*.pbtxt`` in the repository."""
+    return sorted([*repository.glob("*/config.pbtxt"), *repository.glob("*/configs/*.pbtxt")])
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor as a model config declares it: data type and dims (without the batch dim)."""
+
+    data_type: int
+    dims: tuple[int, ...]
+    batched: bool
+
+    def describe(self) -> str:
+        """e.g. ``TYPE_FP32 [batch, -1, 384]``."""
+        dims = (["batch"] if self.batched else []) + [str(d) for d in self.dims]
+        return f"{mc.DataType.Name(self.data_type)} [{', '.join(dims)}]"
+
+    def compatible(self, other: TensorSpec) -> bool:
+        """Same type, same batching and rank, equal dims where neither is -1."""
+        return (
+            self.data_type == other.data_type
+            and self.batched == other.batched
+            and len(self.dims) == len(other.dims)
+            and all(a == b or -1 in (a, b) for a, b in zip(self.dims, other.dims, strict=True))
+        )
+
+
+def _specs(tensors, batched: bool) -> dict[str, TensorSpec]:
+    return {t.name: TensorSpec(t.data_type, tuple(t.dims), batched) for t in tensors}
+
+
+def check_ensemble(repository: Path, ensemble: str, config_name: str | None = None) -> list[str]:
+    """Problems of ensemble ``ensemble`` with every step config resolved as Triton would.
+
+    Checks: platform/backend/instance_group of the ensemble; each step model exists; input_map
+    keys are step inputs and cover its required inputs; output_map keys are step outputs; each
+    ensemble tensor has exactly one producer and is produced before it is consumed (no cycles);
+    data types and dims agree across each step, including the batch dimension; the ensemble's
+    ``max_batch_size`` is ≤ every step's.
+
+    Returns:
+        Human-readable problems; empty when the ensemble is consistent.
+    """
+    cfg = load_config(config_path(repository, ensemble, config_name))
+    problems: list[str] = []
+    if cfg.platform != "ensemble" or cfg.backend:
+        problems.append(f"{ensemble}: must have platform 'ensemble' and no backend")
+    if len(cfg.instance_group):
+        problems.append(f"{ensemble}: instance group should not be specified for ensemble")
+    if len(cfg.model_warmup):
+        problems.append(f"{ensemble}: model_warmup can not be specified for ensemble")
+    batched = cfg.max_batch_size > 0
+    available = _specs(cfg.input, batched)  # tensor name -> spec, as produced so far
+    producers: dict[str, str] = {name: "ensemble input" for name in available}
+    steps = list(cfg.ensemble_scheduling.step)
+    if not steps:
+        problems.append(f"{ensemble}: ensemble_scheduling has no step")
+
+    step_io = []
+    for step in steps:
+        path = config_path(repository, step.model_name, config_name)
+        if not path.is_file():
+            problems.append(f"{ensemble}: step model '{step.model_name}' not in the repository")
+            continue
+        step_cfg = load_config(path)
+        if step_cfg.max_batch_size < cfg.max_batch_size:
+            problems.append(
+                f"{ensemble}: max_batch_size {cfg.max_batch_size} exceeds step "
+                f"'{step.model_name}' max_batch_size {step_cfg.max_batch_size}"
+            )
+        step_batched = step_cfg.max_batch_size > 0
+        inputs = _specs(step_cfg.input, step_batched)
+        outputs = _specs(step_cfg.output, step_batched)
+        for key in step.input_map:
+            if key not in inputs:
+                problems.append(f"{ensemble}: '{key}' is not an input of '{step.model_name}'")
+        for spec in step_cfg.input:
+            if spec.name not in step.input_map and not spec.optional:
+                problems.append(
+                    f"{ensemble}: required input '{spec.name}' of '{step.model_name}' is not mapped"
+                )
+        for key, tensor in step.output_map.items():
+            if key not in outputs:
+                problems.append(f"{ensemble}: '{key}' is not an output of '{step.model_name}'")
+            elif tensor in producers:
+                problems.append(
+                    f"{ensemble}: tensor '{tensor}' is produced by both {producers[tensor]} "
+                    f"and '{step.model_name}'"
+                )
+            else:
+                producers[tensor] = f"'{step.model_name}'"
+        step_io.append((step, inputs, outputs))
+
+    # Schedule steps by data availability, as Triton does; what never becomes runnable
+    # consumes a tensor that is never produced (or sits on a cycle).
+    pending = list(step_io)
+    while pending:
+        runnable = [s for s in pending if all(t in available for t in s[0].input_map.values())]
+        if not runnable:
+            for step, _, _ in pending:
+                missing = sorted(t for t in step.input_map.values() if t not in available)
+                problems.append(
+                    f"{ensemble}: step '{step.model_name}' consumes {missing}, which no earlier "
+                    f"step produces"
+                )
+            break
+        for step, inputs, outputs in runnable:
+            for key, tensor in step.input_map.items():
+                if key in inputs and not available[tensor].compatible(inputs[key]):
+                    problems.append(
+                        f"{ensemble}: tensor '{tensor}' is {available[tensor].describe()} but "
+                        f"'{step.model_name}' input '{key}' expects {inputs[key].describe()}"
+                    )
+            for key, tensor in step.output_map.items():
+                if key in outputs:
+                    available[tensor] = outputs[key]
+            pending.remove((step, inputs, outputs))
+
+    for name, spec in _specs(cfg.output, batched).items():
+        if name not in available:
+            problems.append(f"{ensemble}: output '{name}' is produced by no step")
+        elif not available[name].compatible(spec):
+            problems.append(
+                f"{ensemble}: output '{name}' is declared {spec.describe()} but its step "
+                f"produces {available[name].describe()}"
+            )
+    return problems

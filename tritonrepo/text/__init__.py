@@ -1,0 +1,1 @@
+"""Text processing shared by the text-embedding ensemble steps: tokenization and pooling."""

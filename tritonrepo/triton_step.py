@@ -1,0 +1,153 @@
+"""Base class for the Python-backend models: per-request errors, joint batch processing.
+
+Triton's dynamic batcher hands ``execute`` a list of requests. :class:`PythonStep` reads every
+request's inputs, lets the subclass validate each one (:meth:`PythonStep.prepare`), runs all valid
+ones together (:meth:`PythonStep.run`) and answers each request on its own: a bad request gets an
+``InferenceResponse(error=...)`` and the others in the batch are served. Nothing is raised out of
+``execute`` (that would fail every request of the batch).
+
+``triton_python_backend_utils`` only exists inside the Python backend stub, so it is imported in
+:meth:`PythonStep.initialize`; the rest of this package is importable (and tested) without it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tritonrepo.errors import InvalidRequest
+
+Outputs = dict[str, np.ndarray]
+
+
+class PythonStep:
+    """A Python-backend model; subclasses implement :meth:`setup`, :meth:`prepare` and :meth:`run`.
+
+    Attributes set by :meth:`initialize`: ``model_config`` (dict), ``model_name``,
+    ``version_dir`` (Path of the loaded version folder), ``parameters`` (the config's
+    ``parameters`` as ``{key: string_value}``).
+    """
+
+    def initialize(self, args: dict[str, str]) -> None:
+        """Called once per instance by the Python backend with its ``args`` dict."""
+        import triton_python_backend_utils as pb_utils
+
+        self.pb_utils = pb_utils
+        self.model_config: dict[str, Any] = json.loads(args["model_config"])
+        self.model_name = args["model_name"]
+        self.version_dir = Path(args["model_repository"]) / args["model_version"]
+        self.parameters = {
+            key: value.get("string_value", "")
+            for key, value in self.model_config.get("parameters", {}).items()
+        }
+        self.output_dtypes = {
+            out["name"]: pb_utils.triton_string_to_numpy(out["data_type"])
+            for out in self.model_config["output"]
+        }
+        self.setup()
+
+    # --- to implement -------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Load what the model needs (files in ``version_dir``, ``parameters``)."""
+
+    def prepare(self, inputs: dict[str, np.ndarray]) -> Any:
+        """Validate one request's inputs and return what :meth:`run` consumes.
+
+        Raises:
+            InvalidRequest: the request cannot be served; only that request gets the error.
+        """
+        return inputs
+
+    def run(self, items: list[Any]) -> list[Outputs | Exception]:
+        """Compute outputs for all prepared requests of the batch, one entry per request.
+
+        An entry may be an exception: that request gets it as its error.
+        """
+        raise NotImplementedError
+
+    # --- the Python backend interface -----------------------------------------------------------
+    def parameter(self, key: str, default: str | None = None) -> str:
+        """A config parameter's string value.
+
+        Raises:
+            KeyError: the parameter is missing and no default was given.
+        """
+        if key in self.parameters:
+            return self.parameters[key]
+        if default is None:
+            raise KeyError(f"model '{self.model_name}' config lacks parameter '{key}'")
+        return default
+
+    def artifact(self, filename: str) -> Path:
+        """Path of a built artifact in the version folder.
+
+        Raises:
+            FileNotFoundError: it has not been built (the message says how to build it).
+        """
+        path = self.version_dir / filename
+        if not path.is_file():
+            raise FileNotFoundError(f"artifact {path} is missing; build it with `make artifacts`")
+        return path
+
+    def read_inputs(self, request: Any) -> dict[str, np.ndarray]:
+        """The request's input tensors as numpy arrays, keyed by config input name.
+
+        Raises:
+            InvalidRequest: a required input is missing.
+        """
+        inputs = {}
+        for spec in self.model_config["input"]:
+            tensor = self.pb_utils.get_input_tensor_by_name(request, spec["name"])
+            if tensor is None:
+                if spec.get("optional", False):
+                    continue
+                raise InvalidRequest(f"input '{spec['name']}' is missing")
+            inputs[spec["name"]] = tensor.as_numpy()
+        return inputs
+
+    def error_response(self, message: str, invalid_argument: bool = True) -> Any:
+        """An ``InferenceResponse`` carrying ``message`` as its error."""
+        pb = self.pb_utils
+        code = getattr(pb.TritonError, "INVALID_ARG" if invalid_argument else "INTERNAL", None)
+        error = pb.TritonError(message) if code is None else pb.TritonError(message, code)
+        return pb.InferenceResponse(error=error)
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """Answer every request; never raises."""
+        responses: list[Any] = [None] * len(requests)
+        positions, items = [], []
+        for i, request in enumerate(requests):
+            try:
+                items.append(self.prepare(self.read_inputs(request)))
+                positions.append(i)
+            except InvalidRequest as exc:
+                responses[i] = self.error_response(f"{self.model_name}: {exc}")
+            except Exception as exc:  # a bug must not take the other requests down
+                responses[i] = self.error_response(
+                    f"{self.model_name}: internal error: {exc!r}", invalid_argument=False
+                )
+        if items:
+            try:
+                results = self.run(items)
+            except Exception as exc:
+                results = [exc] * len(items)
+            for i, result in zip(positions, results, strict=True):
+                responses[i] = self._response(result)
+        return responses
+
+    def _response(self, result: Outputs | Exception) -> Any:
+        if isinstance(result, Exception):
+            return self.error_response(
+                f"{self.model_name}: {result}", invalid_argument=isinstance(result, InvalidRequest)
+            )
+        tensors = [
+            self.pb_utils.Tensor(name, np.ascontiguousarray(value, dtype=self.output_dtypes[name]))
+            for name, value in result.items()
+        ]
+        return self.pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def finalize(self) -> None:
+        """Called once when the instance is unloaded."""

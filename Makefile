@@ -10,6 +10,8 @@ export HF_HUB_OFFLINE := 1
 TEXT_EMBEDDING_ARTIFACTS := \
 	model_repository/text_embedding_encoder/1/model.onnx \
 	model_repository/text_embedding_encoder/1/build_metadata.json \
+	model_repository/text_embedding_encoder/2/model.onnx \
+	model_repository/text_embedding_encoder/2/build_metadata.json \
 	model_repository/text_embedding_tokenize/1/tokenizer.json
 
 SERVE_ARGS ?=

@@ -1,13 +1,18 @@
 """Build the text_embedding artifacts from the source weights (no hub download).
 
-Writes, for model repository version ``--version`` (default 1):
+Writes every encoder version of ``spec.ENCODER_VERSIONS`` (or only ``--version``):
 
 * ``text_embedding_encoder/<v>/model.onnx``: the BERT encoder of all-MiniLM-L6-v2, inputs
   ``input_ids``/``attention_mask`` INT64 ``[batch, seq]`` (both axes dynamic), output
   ``token_embeddings`` FP32 ``[batch, seq, 384]``; opset 17, exported with a batch of 2 texts of
-  different lengths, checked by ``onnx.checker``;
+  different lengths, checked by ``onnx.checker``. Precision ``fp32`` is the export itself;
+  ``bf16`` rounds its weight tensors to bfloat16 (round-to-nearest-even) and keeps FP32
+  compute: the numbers a bf16 rebuild would serve, measurably different from FP32 (cosine
+  ≈ 0.99998) and, unlike ONNX Runtime's dynamic INT8 quantization, independent of what else is
+  in the batch (dynamic quantization scales activations per batch, so a request's embedding
+  changed by up to 1 - cos = 1e-2 with its batch neighbours — unusable behind a dynamic batcher);
 * ``text_embedding_encoder/<v>/build_metadata.json``: versions, sha256, parity figures;
-* ``text_embedding_tokenize/<v>/tokenizer.json``: the model's own tokenizer.
+* ``text_embedding_tokenize/1/tokenizer.json``: the model's own tokenizer.
 
 Parity: ONNX Runtime against PyTorch at batch 1 and at batch 7 with mixed lengths (short, long,
 truncated at 256 tokens); the max abs difference of ``token_embeddings`` over real tokens
@@ -36,6 +41,10 @@ from tritonrepo.text import spec
 from tritonrepo.text.tokenization import TextTokenizer
 
 PARITY_TOLERANCE = 1e-4  # max abs diff of token_embeddings, ONNX Runtime vs PyTorch
+# Sanity bound for reduced-precision versions: min cosine of pooled embeddings vs FP32 on
+# PARITY_TEXTS (bf16 weights, seen: 0.99998).
+REDUCED_PRECISION_MIN_COSINE = 0.999
+PRECISIONS = ("fp32", "bf16")
 
 EXPORT_TEXTS = ["Exported with two texts", "of different lengths so padding is traced too."]
 PARITY_TEXTS = [
@@ -141,19 +150,66 @@ def parity(encoder, tokenizer: TextTokenizer, onnx_path: Path) -> dict[str, floa
     return diffs
 
 
-def build(repository: Path, version: int) -> dict:
-    """Build all text_embedding artifacts into ``repository``; return the build metadata.
+def round_to_bf16(values: np.ndarray) -> np.ndarray:
+    """FP32 values rounded to the nearest bfloat16 (ties to even), returned as FP32.
+
+    bfloat16 keeps FP32's 8 exponent bits and the top 7 mantissa bits, so rounding adds
+    ``0x7FFF`` plus the lowest kept bit to the FP32 bit pattern and clears the low 16 bits.
+    """
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) & np.uint32(0xFFFF0000)
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def bf16_weights(fp32_path: Path, out_path: Path, tokenizer: TextTokenizer) -> float:
+    """Copy ``fp32_path`` with every FP32 weight tensor rounded to bfloat16 into ``out_path``.
+
+    Returns:
+        Min cosine similarity, rounded vs FP32, of the pooled sentence embeddings of
+        PARITY_TEXTS.
+    """
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from tritonrepo.text.pooling import mean_pool_normalize
+
+    model = onnx.load(str(fp32_path))
+    for init in model.graph.initializer:
+        array = numpy_helper.to_array(init)
+        if array.dtype == np.float32 and array.ndim >= 1:
+            init.CopyFrom(numpy_helper.from_array(round_to_bf16(array), init.name))
+    onnx.save(model, str(out_path))
+    onnx.checker.check_model(str(out_path))
+    ids, mask = tokenizer.encode(PARITY_TEXTS)
+    feed = {"input_ids": ids, "attention_mask": mask}
+    pooled = [
+        mean_pool_normalize(ort.InferenceSession(str(p)).run(None, feed)[0], mask)
+        for p in (fp32_path, out_path)
+    ]
+    return float((pooled[0] * pooled[1]).sum(axis=1).min())
+
+
+def build(repository: Path, version: int, precision: str = "fp32") -> dict:
+    """Build encoder ``version`` at ``precision`` (and the tokenizer) into ``repository``.
+
+    Returns:
+        The build metadata written next to the model.
 
     Raises:
-        RuntimeError: the parity check fails (max abs diff ≥ 1e-4).
+        RuntimeError: the parity check fails (max abs diff ≥ 1e-4), or a reduced-precision
+            version is further from FP32 than ``REDUCED_PRECISION_MIN_COSINE``.
+        ValueError: unknown precision.
     """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     import onnx
     import onnxruntime
     import torch
 
     model_dir = Path(spec.source_model_dir())
     encoder_dir = repository / spec.ENCODER_MODEL / str(version)
-    tokenize_dir = repository / spec.TOKENIZE_MODEL / str(version)
+    tokenize_dir = repository / spec.TOKENIZE_MODEL / "1"
     encoder_dir.mkdir(parents=True, exist_ok=True)
     tokenize_dir.mkdir(parents=True, exist_ok=True)
 
@@ -164,23 +220,43 @@ def build(repository: Path, version: int) -> dict:
     torch.manual_seed(0)
     encoder = EncoderForExport.build(model_dir)
     onnx_path = encoder_dir / "model.onnx"
-    tmp_path = onnx_path.with_suffix(".onnx.tmp")
+    tmp_path = onnx_path.with_suffix(".fp32.tmp")
     export_onnx(encoder, tokenizer, tmp_path)
     diffs = parity(encoder, tokenizer, tmp_path)
     print(
-        "parity ONNX Runtime vs PyTorch, max abs diff: "
-        + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items())
+        f"version {version}: parity ONNX Runtime vs PyTorch (fp32 export), max abs diff: "
+        + ", ".join(
+            f"{k.removesuffix('_padding')} padding positions (not checked) {v:.2e}"
+            if k.endswith("_padding")
+            else f"{k} {v:.2e}"
+            for k, v in diffs.items()
+        )
     )
     worst = max(v for k, v in diffs.items() if not k.endswith("_padding"))
     if worst >= PARITY_TOLERANCE:
         tmp_path.unlink()
         raise RuntimeError(f"parity check failed: max abs diff {worst:.3e} >= {PARITY_TOLERANCE}")
+    min_cosine_vs_fp32 = None
+    if precision == "bf16":
+        reduced_tmp = onnx_path.with_suffix(".bf16.tmp")
+        min_cosine_vs_fp32 = bf16_weights(tmp_path, reduced_tmp, tokenizer)
+        tmp_path.unlink()
+        print(f"version {version}: bf16 weights vs fp32, min cosine {min_cosine_vs_fp32:.6f}")
+        if min_cosine_vs_fp32 < REDUCED_PRECISION_MIN_COSINE:
+            reduced_tmp.unlink()
+            raise RuntimeError(
+                f"bf16 min cosine {min_cosine_vs_fp32:.6f} < {REDUCED_PRECISION_MIN_COSINE}"
+            )
+        tmp_path = reduced_tmp
     os.replace(tmp_path, onnx_path)
 
     metadata = {
         "source_model": spec.SOURCE_MODEL,
         "source_dir": str(model_dir),
         "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "version": version,
+        "precision": precision,
+        "min_cosine_vs_fp32": min_cosine_vs_fp32,
         "opset": spec.ONNX_OPSET,
         "max_seq_length": spec.MAX_SEQ_LENGTH,
         "parity_max_abs_diff": diffs,
@@ -192,7 +268,7 @@ def build(repository: Path, version: int) -> dict:
         },
         "files": {
             "model.onnx": sha256(onnx_path),
-            f"../../{spec.TOKENIZE_MODEL}/{version}/tokenizer.json": sha256(tokenizer_path),
+            f"../../{spec.TOKENIZE_MODEL}/1/tokenizer.json": sha256(tokenizer_path),
         },
     }
     (encoder_dir / "build_metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
@@ -203,15 +279,24 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: build, print where the artifacts went; exit 1 on a failed check."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repository", type=Path, default=MODEL_REPOSITORY)
-    parser.add_argument("--version", type=int, default=1)
+    parser.add_argument("--version", type=int, help="build only this version")
+    parser.add_argument(
+        "--precision", choices=PRECISIONS, help="with --version: its precision (default fp32)"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        build(args.repository, args.version)
-    except RuntimeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"wrote {args.repository / spec.ENCODER_MODEL / str(args.version) / 'model.onnx'}")
+    if args.version is None:
+        versions = dict(spec.ENCODER_VERSIONS)
+    else:
+        versions = {args.version: args.precision or "fp32"}
+    for version, precision in versions.items():
+        try:
+            build(args.repository, version, precision)
+        except RuntimeError as exc:
+            print(f"error: version {version} ({precision}): {exc}", file=sys.stderr)
+            return 1
+        path = args.repository / spec.ENCODER_MODEL / str(version) / "model.onnx"
+        print(f"wrote {path} ({precision})")
     return 0
 
 

@@ -1,9 +1,13 @@
-"""``tritonrepo-client``: command line for the models of this repository.
+"""tritonrepo-client: command line for the models of this repository.
 
 Examples::
 
     tritonrepo-client embed "A man is eating food." "A man eats."
     tritonrepo-client --protocol grpc embed --similarity "cat" "kitten" "car"
+    tritonrepo-client health                      # exit 1 unless every ensemble answers
+    tritonrepo-client models list
+    tritonrepo-client rollout text_embedding_encoder --version 2
+    tritonrepo-client rollback text_embedding_encoder
 """
 
 from __future__ import annotations
@@ -12,10 +16,23 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
-from tritonrepo_client.connection import DEFAULT_URLS, ClientError
+
+from tritonrepo import repository_key
+from tritonrepo_client.connection import DEFAULT_URLS, ClientError, TritonConnection
 from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matrix
+from tritonrepo_client.health import DEFAULT_MODELS, check_health
+from tritonrepo_client.repository import RepositoryClient
+from tritonrepo_client.rollout import (
+    Canary,
+    EmbeddingCanary,
+    RolloutReport,
+    TensorCanary,
+    rollback,
+    rollout,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,7 +42,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--protocol", choices=sorted(DEFAULT_URLS), default="http")
     p.add_argument("--timeout", type=float, default=60.0, help="network timeout, seconds")
+    p.add_argument(
+        "--repository-key-file",
+        type=Path,
+        help="file holding the model-repository API key (default: $TRITONREPO_REPOSITORY_KEY, "
+        "$TRITONREPO_REPOSITORY_KEY_FILE, or build/repository.key)",
+    )
     sub = p.add_subparsers(dest="command", required=True)
+
     embed = sub.add_parser("embed", help="sentence embeddings from the text_embedding ensemble")
     embed.add_argument("texts", nargs="*", help="texts to embed (default: one per line of stdin)")
     embed.add_argument(
@@ -35,6 +59,63 @@ def _parser() -> argparse.ArgumentParser:
     )
     embed.add_argument("--model", default="text_embedding")
     embed.add_argument("--precision", type=int, default=4, help="decimals printed")
+
+    health = sub.add_parser(
+        "health", help="liveness/readiness with a real inference per model; exit 1 if unhealthy"
+    )
+    health.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        help=f"model to check (repeatable; default {', '.join(DEFAULT_MODELS)})",
+    )
+    health.add_argument("--live", action="store_true", help="liveness only")
+
+    models = sub.add_parser("models", help="explicit model control (needs the repository key)")
+    msub = models.add_subparsers(dest="action", required=True)
+    msub.add_parser("list", help="repository index: models, versions, states")
+    load = msub.add_parser("load", help="load or reload a model")
+    load.add_argument("model")
+    load.add_argument("--config", type=Path, help="JSON ModelConfig file to use as override")
+    unload = msub.add_parser("unload", help="unload a model")
+    unload.add_argument("model")
+    unload.add_argument(
+        "--dependents", action="store_true", help="also unload the models it uses (ensemble steps)"
+    )
+    ready = msub.add_parser("ready", help="exit 0 if the model (version) is READY, else 1")
+    ready.add_argument("model")
+    ready.add_argument("--version", default="")
+
+    for name, text in (
+        ("rollout", "serve another version with a canary check, without downtime"),
+        ("rollback", "return to the version the last rollout replaced"),
+    ):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("model")
+        if name == "rollout":
+            cmd.add_argument("--version", type=int, required=True)
+        cmd.add_argument(
+            "--from",
+            dest="source_dir",
+            type=Path,
+            help="local model folder with the version folders, uploaded through the load API "
+            "(default: the versions are already in the server's repository)",
+        )
+        cmd.add_argument(
+            "--min-cosine",
+            type=float,
+            help="canary for text-embedding encoders: min cosine between versions",
+        )
+        cmd.add_argument(
+            "--probe-file",
+            type=Path,
+            help="canary probe: .npz of input arrays (with batch dim); outputs must be allclose",
+        )
+        cmd.add_argument("--output", action="append", help="with --probe-file: output to compare")
+        cmd.add_argument("--atol", type=float, default=1e-3)
+        cmd.add_argument("--rtol", type=float, default=1e-3)
+        cmd.add_argument("--no-canary", action="store_true", help="skip the comparison")
+        cmd.add_argument("--drain-timeout", type=float, default=120.0, help="seconds")
     return p
 
 
@@ -45,7 +126,6 @@ def _embed(args: argparse.Namespace) -> int:
         return 2
     with EmbeddingClient(args.url, args.protocol, args.model, args.timeout) as client:
         vectors = client.embed(texts)
-    np.set_printoptions(precision=args.precision, suppress=True, linewidth=120)
     if args.similarity:
         matrix = cosine_similarity_matrix(vectors)
         width = max(len(str(i)) for i in range(len(texts))) + 1
@@ -61,16 +141,103 @@ def _embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _health(args: argparse.Namespace) -> int:
+    with TritonConnection(args.url, args.protocol, args.timeout) as conn:
+        checks = check_health(conn, args.models or DEFAULT_MODELS, live_only=args.live)
+    for check in checks:
+        print(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def _repository(args: argparse.Namespace) -> RepositoryClient:
+    key = repository_key.resolve_key(args.repository_key_file)
+    return RepositoryClient(
+        args.url, args.protocol, key=key or "", timeout_s=max(args.timeout, 300)
+    )
+
+
+def _models(args: argparse.Namespace) -> int:
+    with _repository(args) as repo:
+        if args.action == "list":
+            rows = repo.index()
+            print(f"{'MODEL':<28} {'VERSION':>7}  {'STATE':<12} REASON")
+            for row in sorted(rows, key=lambda r: (r.name, r.version)):
+                print(
+                    f"{row.name:<28} {row.version or '-':>7}  {row.state or '-':<12} {row.reason}"
+                )
+        elif args.action == "load":
+            config = json.loads(args.config.read_text()) if args.config else None
+            repo.load(args.model, config)
+            print(f"loaded {args.model} (versions {repo.versions(args.model)})")
+        elif args.action == "unload":
+            repo.unload(args.model, dependents=args.dependents)
+            print(f"unloaded {args.model}" + (" and its dependents" if args.dependents else ""))
+        elif args.action == "ready":
+            ok = repo.ready(args.model, args.version)
+            label = args.model + (f" version {args.version}" if args.version else "")
+            print(f"{label}: {'READY' if ok else 'NOT READY'}")
+            return 0 if ok else 1
+    return 0
+
+
+def _canary(args: argparse.Namespace) -> Canary | None:
+    if args.no_canary:
+        return None
+    if args.probe_file:
+        with np.load(args.probe_file, allow_pickle=False) as data:
+            inputs = {name: data[name] for name in data.files}
+        if not args.output:
+            raise ValueError("--probe-file needs at least one --output to compare")
+        return TensorCanary(inputs, args.output, args.atol, args.rtol)
+    if args.min_cosine is not None:
+        from tritonrepo_client.rollout import DEFAULT_PROBE_TEXTS
+
+        return EmbeddingCanary(DEFAULT_PROBE_TEXTS, args.min_cosine)
+    return None  # the model's default canary, if any
+
+
+def _print_report(report: RolloutReport) -> None:
+    for step in report.steps:
+        print(f"  {step}")
+    for name, status in report.dependents.items():
+        print(f"  ensemble {name}: {status}")
+    print(
+        f"{report.model}: now serving version {report.version} "
+        f"(was {report.previous}) in {report.seconds:.1f} s"
+    )
+
+
+def _rollout(args: argparse.Namespace) -> int:
+    canary = _canary(args)
+    with _repository(args) as repo:
+        if args.command == "rollout":
+            report = rollout(
+                repo, args.model, args.version, args.source_dir, canary, args.drain_timeout
+            )
+        else:
+            report = rollback(repo, args.model, args.source_dir, canary, args.drain_timeout)
+    _print_report(report)
+    return 0
+
+
+COMMANDS = {
+    "embed": _embed,
+    "health": _health,
+    "models": _models,
+    "rollout": _rollout,
+    "rollback": _rollout,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; exit 0 on success, 1 on a server/connection error (one line), 2 on usage."""
+    """Entry point; exit 0 on success, 1 on a server, connection or check failure (one line),
+    2 on a usage error."""
     args = _parser().parse_args(argv)
     try:
-        if args.command == "embed":
-            return _embed(args)
+        return COMMANDS[args.command](args)
     except (ClientError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    return 2
 
 
 if __name__ == "__main__":

@@ -24,13 +24,21 @@ class ServerUnreachable(ClientError):
     """No Triton server answers at the URL."""
 
 
+class VersionNotLoaded(ClientError):
+    """A request named a model version that the server has not loaded."""
+
+
+# gRPC reports connection failures as UNAVAILABLE with one of these texts; Triton also uses
+# UNAVAILABLE for its own errors (e.g. an unknown model), so the status alone is not enough.
+_UNREACHABLE_TEXTS = ("failed to connect", "connection refused", "socket closed", "dns resolution")
+
+
 def _is_unreachable(exc: BaseException) -> bool:
     if isinstance(exc, (ConnectionError, OSError, TimeoutError)):
         return True
     if isinstance(exc, InferenceServerException):
-        status = str(exc.status() or "")
-        text = str(exc.message() or "")
-        return "UNAVAILABLE" in status or "failed to connect" in text.lower()
+        text = str(exc.message() or "").lower()
+        return any(marker in text for marker in _UNREACHABLE_TEXTS)
     return False
 
 
@@ -86,6 +94,26 @@ class TritonConnection:
         )
         return result["config"]
 
+    def server_live(self) -> bool:
+        """``GET /v2/health/live`` (gRPC ServerLive)."""
+        return bool(self.call("liveness", self.client.is_server_live))
+
+    def server_ready(self) -> bool:
+        """``GET /v2/health/ready`` (gRPC ServerReady)."""
+        return bool(self.call("readiness", self.client.is_server_ready))
+
+    def model_ready(self, model: str, version: str = "") -> bool:
+        """Whether ``model`` (``version``, or its policy's versions) is READY."""
+        return bool(
+            self.call(f"readiness of {model}", lambda: self.client.is_model_ready(model, version))
+        )
+
+    def model_versions(self, model: str) -> list[str]:
+        """Versions of ``model`` that are loaded, from its metadata (open, needs no key)."""
+        meta = self.call(f"metadata of {model}", lambda: self.client.get_model_metadata(model))
+        versions = meta["versions"] if isinstance(meta, dict) else list(meta.versions)
+        return [str(v) for v in versions]
+
     def infer(
         self,
         model: str,
@@ -110,13 +138,31 @@ class TritonConnection:
         requested = [self.module.InferRequestedOutput(name) for name in outputs]
         if self.protocol == "grpc":
             kwargs.setdefault("client_timeout", self.timeout_s)
-        result = self.call(
-            f"infer {model}",
-            lambda: self.client.infer(
-                model, tensors, model_version=model_version, outputs=requested, **kwargs
-            ),
-        )
+        what = f"infer {model}" + (f" version {model_version}" if model_version else "")
+        try:
+            result = self.call(
+                what,
+                lambda: self.client.infer(
+                    model, tensors, model_version=model_version, outputs=requested, **kwargs
+                ),
+            )
+        except ServerUnreachable:
+            raise
+        except ClientError as exc:
+            text = str(exc)
+            if model_version and ("is not at ready state" in text or "is not found" in text):
+                raise self._version_not_loaded(model, model_version) from None
+            raise
         return {name: result.as_numpy(name) for name in outputs}
+
+    def _version_not_loaded(self, model: str, version: str) -> VersionNotLoaded:
+        try:
+            loaded = ", ".join(self.model_versions(model)) or "none"
+        except ClientError:
+            loaded = "unknown (model not loaded)"
+        return VersionNotLoaded(
+            f"version {version} of model '{model}' is not loaded (loaded versions: {loaded})"
+        )
 
     def close(self) -> None:
         """Close the underlying client."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,18 +19,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def require_artifacts() -> None:
     """Fail (not skip) when the built artifacts are missing: `make test` builds them."""
-    onnx_file = MODEL_REPOSITORY / spec.ENCODER_MODEL / "1" / "model.onnx"
-    if not onnx_file.is_file():
-        pytest.fail(f"{onnx_file} is missing: run `make artifacts` (make test does it)")
+    for version in spec.ENCODER_VERSIONS:
+        onnx_file = MODEL_REPOSITORY / spec.ENCODER_MODEL / str(version) / "model.onnx"
+        if not onnx_file.is_file():
+            pytest.fail(f"{onnx_file} is missing: run `make artifacts` (make test does it)")
 
 
-def server_options(**overrides) -> ServerOptions:
-    """Options for a test server on free ports, logging under build/."""
+def server_options(name: str = "tritonserver", **overrides) -> ServerOptions:
+    """Options for a test server on free ports with a random repository key, logging to
+    build/test-logs/<name>.log."""
     options = ServerOptions(
         http_port=free_port(),
         grpc_port=free_port(),
         metrics_port=free_port(),
-        log_file=BUILD_DIR / "test-logs" / "tritonserver.log",
+        log_file=BUILD_DIR / "test-logs" / f"{name}.log",
+        repository_key=secrets.token_urlsafe(16),
     )
     for key, value in overrides.items():
         setattr(options, key, value)
@@ -40,6 +45,14 @@ def triton_server() -> Iterator[TritonServer]:
     """The embedded tritonserver with `text_embedding` loaded (CPU configs), for the session."""
     require_artifacts()
     with TritonServer(server_options()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def control_server(request) -> Iterator[TritonServer]:
+    """A server of the module's own, for tests that load, unload or roll out models."""
+    require_artifacts()
+    with TritonServer(server_options(Path(request.module.__file__).stem)) as server:
         yield server
 
 

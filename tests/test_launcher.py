@@ -106,7 +106,10 @@ def test_serves_then_stops_cleanly_and_frees_ports():
     try:
         assert client.is_server_ready()
         assert client.is_model_ready(spec.ENSEMBLE)
-        index = {m["name"]: m["state"] for m in client.get_model_repository_index()}
+        index = {
+            m["name"]: m["state"]
+            for m in client.get_model_repository_index(headers=options.repository_headers)
+        }
     finally:
         client.close()
     assert index[spec.ENSEMBLE] == "READY"

@@ -10,10 +10,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
-from tritonrepo_client import ClientError, EmbeddingClient
 
 from tests.sentences import LONG_PARAGRAPH, SENTENCES
 from tritonrepo.text import spec
+from tritonrepo_client import ClientError, EmbeddingClient
 
 pytestmark = pytest.mark.server
 PROTOCOLS = ["http", "grpc"]

@@ -10,8 +10,12 @@ benchmarks all go through :class:`TritonServer`. It
 * runs the server in ``--model-control-mode=explicit`` with ``--model-config-name`` (``cpu`` by
   default), loads the requested models at start, binds HTTP/gRPC/metrics to 127.0.0.1 unless told
   otherwise, and streams the server log to a file,
-* waits for readiness and turns every known failure (port in use, missing artifact, model that
-  fails to load, timeout) into a :class:`LaunchError` with a one-line message.
+* restricts the model-repository API (index/load/unload) with a key when one is given
+  (:mod:`tritonrepo.repository_key`),
+* waits for readiness — server READY, every model READY, and a real probe inference on each
+  (:mod:`tritonrepo_client.health`) — and turns every known failure (port in use, missing
+  artifact, model that fails to load or to serve, timeout) into a :class:`LaunchError` with a
+  one-line message.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tritonrepo.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY
+from tritonrepo import repository_key
+from tritonrepo.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
 
 DEFAULT_MODELS = ("text_embedding",)
 
@@ -46,6 +51,8 @@ class ServerOptions:
 
     Ports are TCP ports; ``startup_timeout_s`` and ``stop_timeout_s`` are seconds.
     ``host`` is the address HTTP, gRPC and metrics bind to: 127.0.0.1 unless exposed on purpose.
+    ``repository_key``: when set, the model-repository API (index, load, unload) answers only
+    requests carrying it (:mod:`tritonrepo.repository_key`); inference stays open.
     """
 
     model_repository: Path = MODEL_REPOSITORY
@@ -56,6 +63,7 @@ class ServerOptions:
     metrics_port: int = 8002
     model_config_name: str | None = "cpu"
     log_file: Path = BUILD_DIR / "tritonserver.log"
+    repository_key: str | None = None
     log_verbose: int = 0
     startup_timeout_s: float = 180.0
     stop_timeout_s: float = 30.0
@@ -65,6 +73,11 @@ class ServerOptions:
     def client_host(self) -> str:
         """Address a local client connects to (0.0.0.0 / :: are not connectable)."""
         return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+
+    @property
+    def repository_headers(self) -> dict[str, str]:
+        """HTTP headers for the model-repository API (empty when unrestricted)."""
+        return repository_key.headers(self.repository_key, "http")
 
     @property
     def http_url(self) -> str:
@@ -222,6 +235,12 @@ class TritonServer:
             "--strict-readiness=true",
             f"--log-verbose={o.log_verbose}",
         ]
+        if o.repository_key:
+            restriction = f"model-repository:{repository_key.HEADER}={o.repository_key}"
+            cmd += [
+                f"--http-restricted-api={restriction}",
+                f"--grpc-restricted-protocol={restriction}",
+            ]
         if o.model_config_name:
             cmd.append(f"--model-config-name={o.model_config_name}")
         cmd += [f"--load-model={m}" for m in o.models]
@@ -297,7 +316,9 @@ class TritonServer:
                 time.sleep(0.2)
             # Models listed with --load-model are loaded before the endpoints open, so the
             # repository index now holds their final state.
-            failures = self._load_failures(client.get_model_repository_index())
+            failures = self._load_failures(
+                client.get_model_repository_index(headers=o.repository_headers)
+            )
             if failures:
                 raise LaunchError(failures)
             while not client.is_server_ready():
@@ -309,6 +330,23 @@ class TritonServer:
                 time.sleep(0.2)
         finally:
             client.close()
+        unhealthy = [c for c in self.check_health() if not c.ok]
+        if unhealthy:
+            raise LaunchError(
+                f"{unhealthy[0].name} failed: {one_line(unhealthy[0].detail)} (log: {o.log_file})"
+            )
+
+    def check_health(self, live_only: bool = False) -> list:
+        """Liveness/readiness with a probe inference per loaded model (HTTP).
+
+        Returns:
+            ``tritonrepo_client.health.Check`` list; all ``ok`` means healthy.
+        """
+        from tritonrepo_client.connection import TritonConnection
+        from tritonrepo_client.health import check_health
+
+        with TritonConnection(self.options.http_url, "http", timeout_s=30.0) as conn:
+            return check_health(conn, self.options.models, live_only=live_only)
 
     def _load_failures(self, index: list[dict]) -> str:
         """One line naming the models that are not READY, composing models first."""
@@ -401,12 +439,45 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-file", type=Path, default=BUILD_DIR / "tritonserver.log")
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--startup-timeout", type=float, default=180.0, help="seconds")
+    keys = p.add_mutually_exclusive_group()
+    keys.add_argument(
+        "--repository-key-file",
+        type=Path,
+        help="file holding the key that guards load/unload/index (default: "
+        f"${repository_key.ENV_KEY}, ${repository_key.ENV_KEY_FILE}, or a new random key "
+        f"in {repository_key.DEFAULT_KEY_FILE.relative_to(REPO_ROOT)})",
+    )
+    keys.add_argument(
+        "--no-repository-key",
+        action="store_true",
+        help="leave the model-repository API open to anyone who reaches the ports (unsafe)",
+    )
     return p.parse_args(argv)
+
+
+def launcher_key(args: argparse.Namespace) -> tuple[str | None, str]:
+    """The repository key for ``main`` and a sentence saying where it came from.
+
+    Raises:
+        repository_key.RepositoryKeyError: a named key file cannot be read.
+    """
+    if args.no_repository_key:
+        return None, "model-repository API (load/unload/index) is OPEN: no key"
+    key = repository_key.resolve_key(args.repository_key_file)
+    if key:
+        return key, "model-repository API needs the configured key"
+    key = repository_key.create_key_file()
+    return key, f"model-repository API key written to {repository_key.DEFAULT_KEY_FILE}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve until SIGINT/SIGTERM; exit 1 with a one-line reason if the server cannot start."""
     args = parse_args(argv)
+    try:
+        key, key_note = launcher_key(args)
+    except repository_key.RepositoryKeyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     options = ServerOptions(
         model_repository=args.model_repository,
         models=tuple(args.models or DEFAULT_MODELS),
@@ -418,6 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_file=args.log_file,
         log_verbose=args.log_verbose,
         startup_timeout_s=args.startup_timeout,
+        repository_key=key,
     )
     server = TritonServer(options)
     print(
@@ -432,6 +504,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         server.stop()
         return 130
+    print(key_note, flush=True)
     print(
         f"ready: HTTP {options.http_url}  gRPC {options.grpc_url}  "
         f"metrics http://{options.client_host}:{options.metrics_port}/metrics  (Ctrl-C to stop)",

@@ -17,6 +17,10 @@ TOKENIZE_MODEL = "text_embedding_tokenize"
 ENCODER_MODEL = "text_embedding_encoder"
 POOL_MODEL = "text_embedding_pool"
 
+# Encoder versions that `make artifacts` builds, with their precision. Only the versions in
+# the configs' version_policy serve; the others are staged for a rollout.
+ENCODER_VERSIONS: dict[int, str] = {1: "fp32", 2: "bf16"}
+
 ENCODER_INPUTS = ("input_ids", "attention_mask")  # INT64 [batch, seq]
 ENCODER_OUTPUT = "token_embeddings"  # FP32 [batch, seq, HIDDEN_SIZE]
 

@@ -1,0 +1,84 @@
+"""The key that guards Triton's model-repository API (index, load, unload).
+
+Triton restricts an API group with ``--http-restricted-api=model-repository:<header>=<key>``
+and ``--grpc-restricted-protocol=model-repository:<header>=<key>``; a request of that group must
+then carry ``<header>: <key>`` (HTTP) or the metadata ``triton-grpc-protocol-<header>: <key>``
+(gRPC; the prefix is Triton's, see its error "expecting header
+'triton-grpc-protocol-<header>'"). Inference, health and metadata stay open.
+
+The key comes from, in order: an explicit file, ``$TRITONREPO_REPOSITORY_KEY``,
+``$TRITONREPO_REPOSITORY_KEY_FILE``, or ``build/repository.key`` (which the launcher creates
+with mode 0600 when no key is given). It is never committed (``build/`` is git-ignored).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from tritonrepo.paths import BUILD_DIR
+
+HEADER = "x-model-repository-key"
+GRPC_HEADER = f"triton-grpc-protocol-{HEADER}"
+ENV_KEY = "TRITONREPO_REPOSITORY_KEY"
+ENV_KEY_FILE = "TRITONREPO_REPOSITORY_KEY_FILE"
+DEFAULT_KEY_FILE = BUILD_DIR / "repository.key"
+
+
+class RepositoryKeyError(ValueError):
+    """The configured key file is missing, unreadable or empty."""
+
+
+def read_key_file(path: str | Path) -> str:
+    """The key stored in ``path`` (surrounding whitespace stripped).
+
+    Raises:
+        RepositoryKeyError: the file does not exist or holds no key.
+    """
+    try:
+        key = Path(path).read_text().strip()
+    except OSError as exc:
+        raise RepositoryKeyError(
+            f"cannot read repository key file {path}: {exc.strerror}"
+        ) from None
+    if not key:
+        raise RepositoryKeyError(f"repository key file {path} is empty")
+    return key
+
+
+def resolve_key(key_file: str | Path | None = None) -> str | None:
+    """The key from ``key_file``, the environment or ``build/repository.key``; ``None`` if none.
+
+    Raises:
+        RepositoryKeyError: an explicitly named file (argument or
+            ``$TRITONREPO_REPOSITORY_KEY_FILE``) cannot be read.
+    """
+    if key_file:
+        return read_key_file(key_file)
+    if os.environ.get(ENV_KEY):
+        return os.environ[ENV_KEY].strip()
+    if os.environ.get(ENV_KEY_FILE):
+        return read_key_file(os.environ[ENV_KEY_FILE])
+    if DEFAULT_KEY_FILE.is_file():
+        return read_key_file(DEFAULT_KEY_FILE)
+    return None
+
+
+def create_key_file(path: Path | None = None) -> str:
+    """Write a fresh random key (32 bytes, URL-safe base64) with mode 0600 to ``path``
+    (default ``build/repository.key``) and return it."""
+    path = path or DEFAULT_KEY_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key + "\n")
+    return key
+
+
+def headers(key: str | None, protocol: str) -> dict[str, str]:
+    """Request headers (HTTP) or metadata (gRPC) that carry ``key``; empty without a key."""
+    if not key:
+        return {}
+    return {(HEADER if protocol == "http" else GRPC_HEADER): key}

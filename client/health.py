@@ -76,15 +76,15 @@ def check_health(
         checks.append(Check(name, ok, f"{detail} ({ms:.1f} ms)" if ok else detail))
         return ok
 
-    def state(value: bool, what: str) -> tuple[bool, str]:
-        return value, what if value else f"not {what}"
+    def state(value: bool, subject: str, what: str) -> tuple[bool, str]:
+        return value, f"{subject} is {what}" if value else f"{subject} is not {what}"
 
-    if not run("live", lambda: state(conn.server_live(), "live")) or live_only:
+    if not run("live", lambda: state(conn.server_live(), "server", "live")) or live_only:
         return checks
-    if not run("ready", lambda: state(conn.server_ready(), "ready")):
+    if not run("ready", lambda: state(conn.server_ready(), "server", "ready")):
         return checks
     for model in models:
-        if not run(f"{model} ready", lambda m=model: state(conn.model_ready(m), "READY")):
+        if not run(f"{model} ready", lambda m=model: state(conn.model_ready(m), "model", "READY")):
             return checks
         probe = PROBES.get(model)
         if probe and not run(f"{model} inference", lambda m=model, p=probe: (True, p(conn, m))):

@@ -96,7 +96,7 @@ class EmbeddingCanary:
     every text."""
 
     texts: Sequence[str]
-    min_cosine: float = 0.9
+    min_cosine: float = 0.99
     tokenizer_model: str = "text_embedding_tokenize"
 
     def compare(self, conn: TritonConnection, model: str, old: int, new: int) -> CanaryResult:
@@ -111,8 +111,8 @@ class EmbeddingCanary:
         worst = float(cosines.min())
         return CanaryResult(
             worst >= self.min_cosine,
-            f"min cosine {worst:.4f} over {len(self.texts)} probe texts "
-            f"(required ≥ {self.min_cosine})",
+            f"min cosine {worst:.6f} (1 - cos = {1 - worst:.1e}) over {len(self.texts)} "
+            f"probe texts (required ≥ {self.min_cosine})",
         )
 
 

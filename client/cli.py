@@ -26,6 +26,7 @@ from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matri
 from tritonrepo_client.health import DEFAULT_MODELS, check_health
 from tritonrepo_client.repository import RepositoryClient
 from tritonrepo_client.rollout import (
+    DEFAULT_PROBE_TEXTS,
     Canary,
     EmbeddingCanary,
     RolloutReport,
@@ -190,8 +191,6 @@ def _canary(args: argparse.Namespace) -> Canary | None:
             raise ValueError("--probe-file needs at least one --output to compare")
         return TensorCanary(inputs, args.output, args.atol, args.rtol)
     if args.min_cosine is not None:
-        from tritonrepo_client.rollout import DEFAULT_PROBE_TEXTS
-
         return EmbeddingCanary(DEFAULT_PROBE_TEXTS, args.min_cosine)
     return None  # the model's default canary, if any
 

@@ -262,7 +262,7 @@ def rollout(
         report.steps.append(f"version(s) {gone} drained and unloaded")
         step = "ensembles"
         report.dependents = _repair(repo, ensembles)
-    except (ClientError, TimeoutError) as exc:
+    except Exception as exc:  # any failure, a custom canary's included, restores the policy
         try:
             repo.load(model, restore_config, restore_files)
             repo.wait_until(model, [v for v in both if v not in serving], drain_timeout_s)

@@ -10,6 +10,8 @@ ONNX Runtime between sentence-transformers' own tokenizer and pooling modules. T
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -314,3 +316,41 @@ def test_rollout_by_upload_and_rollback(server_without_v2, references, tmp_path)
         with EmbeddingClient(server_without_v2.options.http_url) as client:
             emb = client.embed(PROBES)
         assert all(versions_matching(emb[i], i, references) == {1} for i in range(len(PROBES)))
+
+
+def test_custom_canary_that_breaks_still_restores(control_server):
+    class BrokenCanary:
+        def compare(self, conn, model, old, new):
+            raise ValueError("probe file unreadable")
+
+    with repo_for(control_server) as repo:
+        with pytest.raises(RolloutError, match="failed at canary: probe file unreadable; restored"):
+            rollout(repo, spec.ENCODER_MODEL, 2, canary=BrokenCanary())
+        assert repo.versions(spec.ENCODER_MODEL, ("READY", "UNLOADING")) == [1]
+
+
+def test_cli_rollout_with_a_tensor_probe_file(control_server, tmp_path):
+    """--probe-file: raw encoder inputs; bf16 weights move token_embeddings by more than 1e-6
+    but far less than 0.1, so the strict check rejects and the loose one accepts."""
+    ids = np.array([[101, 7592, 2088, 102]], dtype=np.int64)
+    probe = tmp_path / "probe.npz"
+    np.savez(probe, input_ids=ids, attention_mask=np.ones_like(ids))
+    key_file = tmp_path / "key"
+    key_file.write_text(control_server.options.repository_key)
+    base = [sys.executable, "-m", "tritonrepo_client", "--url", control_server.options.grpc_url,
+            "--protocol", "grpc", "--repository-key-file", str(key_file)]  # fmt: skip
+    probe_args = ["--probe-file", str(probe), "--output", "token_embeddings", "--rtol", "0"]
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*base, *args], capture_output=True, text=True, timeout=300)
+
+    out = run("rollout", spec.ENCODER_MODEL, "--version", "2", *probe_args, "--atol", "1e-6")
+    assert out.returncode == 1
+    assert "canary rejected version 2: token_embeddings max abs diff" in out.stderr, out.stderr
+    out = run("rollout", spec.ENCODER_MODEL, "--version", "2", *probe_args, "--atol", "0.1")
+    assert out.returncode == 0, out.stderr
+    assert "now serving version 2 (was [1])" in out.stdout
+    out = run("rollback", spec.ENCODER_MODEL, *probe_args, "--atol", "0.1")
+    assert out.returncode == 0, out.stderr
+    with repo_for(control_server) as repo:
+        assert repo.versions(spec.ENCODER_MODEL) == [1]

@@ -17,13 +17,16 @@ TEXT_EMBEDDING_ARTIFACTS := \
 SERVE_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help setup artifacts serve test lint clean
+BENCH_ARGS ?=
+
+.PHONY: help setup artifacts serve test bench lint clean
 
 help:
 	@echo "make serve     set up, build the artifacts, run the embedded Triton server (Ctrl-C stops)"
 	@echo "make test      set up, build the artifacts, run the tests against a real server"
 	@echo "make setup     create $(VENV) with the versions pinned in requirements.txt"
 	@echo "make artifacts build the model files from the source weights"
+	@echo "make bench     dynamic-batching gain of text_embedding with perf_analyzer"
 	@echo "make lint      ruff check + ruff format --check"
 	@echo "make clean     remove built artifacts and build/ (keeps $(VENV))"
 
@@ -46,6 +49,12 @@ serve: artifacts
 
 test: artifacts
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# perf_analyzer 2.51 links Debian's libb64 (libb64-0d); install it when missing.
+bench: artifacts
+	@/sbin/ldconfig -p | grep -q 'libb64\.so\.0d' || apt-get install -y -q libb64-0d >/dev/null \
+		|| { echo "error: perf_analyzer needs Debian's libb64-0d (apt-get install libb64-0d)"; exit 1; }
+	$(PY) -m benchmarks.text_embedding_batching $(BENCH_ARGS)
 
 lint: setup
 	$(PY) -m ruff check .

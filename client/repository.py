@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tritonrepo import repository_key
-from tritonrepo_client.connection import ClientError, Protocol, TritonConnection
+from tritonrepo_client.connection import ClientError, Protocol, ServerUnreachable, TritonConnection
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -53,16 +56,35 @@ class RepositoryClient:
     def _client(self) -> Any:
         return self.connection.client
 
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        """:meth:`TritonConnection.call`, saying whether a refused key was missing or wrong
+        (Triton's own message names the expected header in both cases)."""
+        try:
+            return self.connection.call(what, fn)
+        except ServerUnreachable:
+            raise
+        except ClientError as exc:
+            if "is restricted" not in str(exc):
+                raise
+            if self.key:
+                hint = "the repository key sent was not accepted"
+            else:
+                hint = (
+                    f"no repository key configured (set ${repository_key.ENV_KEY}, "
+                    f"${repository_key.ENV_KEY_FILE} or --repository-key-file)"
+                )
+            raise ClientError(f"{what} refused: {hint}; Triton: {exc}") from None
+
     def index(self) -> list[ModelVersionState]:
         """Every model of the repository with each known version's state (READY, UNLOADING,
         UNAVAILABLE, ...) and the reason Triton gives for a non-READY one."""
         if self.protocol == "http":
-            rows = self.connection.call(
+            rows = self._call(
                 "repository index",
                 lambda: self._client.get_model_repository_index(headers=self.headers),
             )
         else:
-            rows = self.connection.call(
+            rows = self._call(
                 "repository index",
                 lambda: self._client.get_model_repository_index(headers=self.headers, as_json=True),
             ).get("models", [])
@@ -105,7 +127,7 @@ class RepositoryClient:
         if files and config is None:
             raise ValueError("Triton's load API takes file overrides only with a config")
         payload = json.dumps(config) if config is not None else None
-        self.connection.call(
+        self._call(
             f"load {model}",
             lambda: self._client.load_model(
                 model, headers=self.headers, config=payload, files=files
@@ -118,7 +140,7 @@ class RepositoryClient:
         Raises:
             ClientError: Triton refused (e.g. missing key).
         """
-        self.connection.call(
+        self._call(
             f"unload {model}",
             lambda: self._client.unload_model(
                 model, headers=self.headers, unload_dependents=dependents

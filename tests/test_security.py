@@ -98,9 +98,9 @@ def test_repository_api_works_with_the_key(triton_server, protocol):
         assert rows[(spec.ENSEMBLE, "1")] == "READY"
         repo.load(spec.POOL_MODEL)  # reload of a loaded model: allowed with the key
         assert repo.ready(spec.ENSEMBLE)
-    with RepositoryClient(url, protocol, key="") as repo:
-        with pytest.raises(ClientError, match="refused: no repository key configured.*restricted"):
-            repo.index()
+    no_key = r"refused: no repository key configured.*restricted"
+    with RepositoryClient(url, protocol, key="") as repo, pytest.raises(ClientError, match=no_key):
+        repo.index()
 
 
 def test_cli_without_the_key_fails_in_one_line(triton_server):

@@ -463,9 +463,9 @@ def launcher_key(args: argparse.Namespace) -> tuple[str | None, str]:
     """
     if args.no_repository_key:
         return None, "model-repository API (load/unload/index) is OPEN: no key"
-    key = repository_key.resolve_key(args.repository_key_file)
-    if key:
-        return key, "model-repository API needs the configured key"
+    found = repository_key.find_key(args.repository_key_file)
+    if found:
+        return found[0], f"model-repository API key from {found[1]}"
     key = repository_key.create_key_file()
     return key, f"model-repository API key written to {repository_key.DEFAULT_KEY_FILE}"
 

@@ -47,22 +47,33 @@ def read_key_file(path: str | Path) -> str:
     return key
 
 
-def resolve_key(key_file: str | Path | None = None) -> str | None:
-    """The key from ``key_file``, the environment or ``build/repository.key``; ``None`` if none.
+def find_key(key_file: str | Path | None = None) -> tuple[str, str] | None:
+    """``(key, where it came from)`` from ``key_file``, the environment or
+    ``build/repository.key``, in that order; ``None`` if there is none.
 
     Raises:
         RepositoryKeyError: an explicitly named file (argument or
             ``$TRITONREPO_REPOSITORY_KEY_FILE``) cannot be read.
     """
     if key_file:
-        return read_key_file(key_file)
+        return read_key_file(key_file), str(key_file)
     if os.environ.get(ENV_KEY):
-        return os.environ[ENV_KEY].strip()
+        return os.environ[ENV_KEY].strip(), f"${ENV_KEY}"
     if os.environ.get(ENV_KEY_FILE):
-        return read_key_file(os.environ[ENV_KEY_FILE])
+        return read_key_file(os.environ[ENV_KEY_FILE]), os.environ[ENV_KEY_FILE]
     if DEFAULT_KEY_FILE.is_file():
-        return read_key_file(DEFAULT_KEY_FILE)
+        return read_key_file(DEFAULT_KEY_FILE), str(DEFAULT_KEY_FILE)
     return None
+
+
+def resolve_key(key_file: str | Path | None = None) -> str | None:
+    """The key :func:`find_key` finds, or ``None``.
+
+    Raises:
+        RepositoryKeyError: as :func:`find_key`.
+    """
+    found = find_key(key_file)
+    return found[0] if found else None
 
 
 def create_key_file(path: Path | None = None) -> str:

@@ -28,6 +28,14 @@ args=(
 if [[ "${TRITONREPO_CONFIG:-gpu}" == "cpu" ]]; then
   args+=(--model-config-name=cpu)
 elif [[ ! -f "$repo/text_embedding_encoder/1/model.plan" ]]; then
-  python -m builders.text_embedding_tensorrt --repository "$repo" --precision "${TRITONREPO_PRECISION:-fp16}"
+  if python -c "import tensorrt" 2>/dev/null; then
+    python -m builders.text_embedding_tensorrt --repository "$repo" \
+      --precision "${TRITONREPO_PRECISION:-fp16}"
+  else
+    echo "error: no model.plan and no TensorRT Python bindings in this image: build the plan" \
+         "in nvcr.io/nvidia/tensorrt:24.10-py3 on this GPU (docker/README.md) and mount it," \
+         "or start with TRITONREPO_CONFIG=cpu" >&2
+    exit 1
+  fi
 fi
 exec tritonserver "${args[@]}" "$@"

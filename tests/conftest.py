@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +40,23 @@ def server_options(name: str = "tritonserver", **overrides) -> ServerOptions:
     for key, value in overrides.items():
         setattr(options, key, value)
     return options
+
+
+def client_cli(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """Run ``python -m tritonrepo_client ARGS`` as a user would; text output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "tritonrepo_client", *args],
+        input=stdin, capture_output=True, text=True, timeout=timeout, env=env,
+    )  # fmt: skip
+
+
+def key_file(server: TritonServer, directory: Path) -> Path:
+    """A file holding ``server``'s repository key, for ``--repository-key-file``."""
+    path = directory / f"{server.options.http_port}.key"
+    path.write_text(server.options.repository_key or "")
+    return path
 
 
 @pytest.fixture(scope="session")

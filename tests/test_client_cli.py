@@ -3,30 +3,19 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from tests.conftest import client_cli as cli
 from tritonrepo.launcher import free_port
 
 pytestmark = pytest.mark.server
 
 
-def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tritonrepo_client", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_embed_prints_vectors(triton_server, reference_embed, protocol):
-    url = triton_server.options.http_url if protocol == "http" else triton_server.options.grpc_url
+    url = triton_server.options.url(protocol)
     texts = ["A man is eating food.", "Ünïcödé text"]
     out = cli("--url", url, "--protocol", protocol, "embed", "--precision", "6", *texts)
     assert out.returncode == 0, out.stderr

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from tests.conftest import client_cli, key_file
 from tritonrepo.text import spec
 from tritonrepo_client import (
     EmbeddingClient,
@@ -22,7 +22,7 @@ STEPS = (spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.POOL_MODEL)
 
 
 def url(server, protocol: str) -> str:
-    return server.options.http_url if protocol == "http" else server.options.grpc_url
+    return server.options.url(protocol)
 
 
 def repo_client(server, protocol: str) -> RepositoryClient:
@@ -30,12 +30,10 @@ def repo_client(server, protocol: str) -> RepositoryClient:
 
 
 def cli(server, *args: str, protocol: str = "http") -> subprocess.CompletedProcess:
-    key_file = server.options.log_file.with_suffix(".key")
-    key_file.write_text(server.options.repository_key)
-    return subprocess.run(
-        [sys.executable, "-m", "tritonrepo_client", "--url", url(server, protocol),
-         "--protocol", protocol, "--repository-key-file", str(key_file), *args],
-        capture_output=True, text=True, timeout=120,
+    key = key_file(server, server.options.log_file.parent)
+    return client_cli(
+        "--url", url(server, protocol), "--protocol", protocol,
+        "--repository-key-file", str(key), *args,
     )  # fmt: skip
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from tests.conftest import require_artifacts, server_options
+from tests.conftest import client_cli, key_file, require_artifacts, server_options
 from tritonrepo.launcher import TritonServer
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.text import spec
@@ -105,8 +104,7 @@ class LoadRun:
             self.observations.append(obs)
 
     def ensemble_worker(self, name: str, protocol: str) -> None:
-        url = self.server.options.http_url if protocol == "http" else self.server.options.grpc_url
-        with EmbeddingClient(url, protocol) as client:
+        with EmbeddingClient(self.server.options.url(protocol), protocol) as client:
             i = 0
             while not self.stop.is_set():
                 k = i % len(PROBES)
@@ -211,8 +209,9 @@ class LoadRun:
 
 
 def repo_for(server: TritonServer, protocol: str = "http") -> RepositoryClient:
-    url = server.options.http_url if protocol == "http" else server.options.grpc_url
-    return RepositoryClient(url, protocol, key=server.options.repository_key)
+    return RepositoryClient(
+        server.options.url(protocol), protocol, key=server.options.repository_key
+    )
 
 
 def test_rollout_and_rollback_under_load_drop_nothing(control_server, references):
@@ -335,14 +334,12 @@ def test_cli_rollout_with_a_tensor_probe_file(control_server, tmp_path):
     ids = np.array([[101, 7592, 2088, 102]], dtype=np.int64)
     probe = tmp_path / "probe.npz"
     np.savez(probe, input_ids=ids, attention_mask=np.ones_like(ids))
-    key_file = tmp_path / "key"
-    key_file.write_text(control_server.options.repository_key)
-    base = [sys.executable, "-m", "tritonrepo_client", "--url", control_server.options.grpc_url,
-            "--protocol", "grpc", "--repository-key-file", str(key_file)]  # fmt: skip
+    base = ["--url", control_server.options.grpc_url, "--protocol", "grpc",
+            "--repository-key-file", str(key_file(control_server, tmp_path))]  # fmt: skip
     probe_args = ["--probe-file", str(probe), "--output", "token_embeddings", "--rtol", "0"]
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*base, *args], capture_output=True, text=True, timeout=300)
+        return client_cli(*base, *args)
 
     out = run("rollout", spec.ENCODER_MODEL, "--version", "2", *probe_args, "--atol", "1e-6")
     assert out.returncode == 1

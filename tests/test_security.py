@@ -6,8 +6,6 @@ import argparse
 import ipaddress
 import os
 import stat
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +13,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.conftest import client_cli
 from tritonrepo import launcher, repository_key
 from tritonrepo.text import spec
 from tritonrepo_client import ClientError, EmbeddingClient, RepositoryClient
@@ -79,8 +78,7 @@ def test_repository_api_refuses_without_the_key(triton_server, protocol, key):
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_inference_and_health_need_no_key(triton_server, protocol):
-    url = triton_server.options.http_url if protocol == "http" else triton_server.options.grpc_url
-    with EmbeddingClient(url, protocol) as client:
+    with EmbeddingClient(triton_server.options.url(protocol), protocol) as client:
         assert client.embed(["no key needed"]).shape == (1, spec.HIDDEN_SIZE)
     client = raw(triton_server, protocol)
     try:
@@ -92,7 +90,7 @@ def test_inference_and_health_need_no_key(triton_server, protocol):
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_repository_api_works_with_the_key(triton_server, protocol):
-    url = triton_server.options.http_url if protocol == "http" else triton_server.options.grpc_url
+    url = triton_server.options.url(protocol)
     with RepositoryClient(url, protocol, key=triton_server.options.repository_key) as repo:
         rows = {(r.name, r.version): r.state for r in repo.index()}
         assert rows[(spec.ENSEMBLE, "1")] == "READY"
@@ -105,11 +103,9 @@ def test_repository_api_works_with_the_key(triton_server, protocol):
 
 def test_cli_without_the_key_fails_in_one_line(triton_server):
     env = dict(os.environ, TRITONREPO_REPOSITORY_KEY="wrong-key")
-    out = subprocess.run(
-        [sys.executable, "-m", "tritonrepo_client", "--url", triton_server.options.http_url,
-         "models", "unload", spec.ENSEMBLE],
-        capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
+    out = client_cli(
+        "--url", triton_server.options.http_url, "models", "unload", spec.ENSEMBLE, env=env
+    )
     assert out.returncode == 1
     assert out.stderr.count("\n") == 1 and "This API is restricted" in out.stderr
     assert out.stderr.startswith(

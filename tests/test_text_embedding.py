@@ -20,8 +20,7 @@ PROTOCOLS = ["http", "grpc"]
 
 
 def client_for(server, protocol: str) -> EmbeddingClient:
-    url = server.options.http_url if protocol == "http" else server.options.grpc_url
-    return EmbeddingClient(url, protocol=protocol)
+    return EmbeddingClient(server.options.url(protocol), protocol=protocol)
 
 
 def raw_client(server, protocol: str):

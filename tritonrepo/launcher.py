@@ -79,6 +79,10 @@ class ServerOptions:
         """HTTP headers for the model-repository API (empty when unrestricted)."""
         return repository_key.headers(self.repository_key, "http")
 
+    def url(self, protocol: str) -> str:
+        """``host:port`` of the ``"http"`` or ``"grpc"`` endpoint."""
+        return self.http_url if protocol == "http" else self.grpc_url
+
     @property
     def http_url(self) -> str:
         """``host:port`` of the HTTP endpoint, as tritonclient takes it."""

@@ -235,10 +235,17 @@ def rollout(
     restore_config["version_policy"] = {"specific": {"versions": serving}}
     canary = canary if canary is not None else DEFAULT_CANARIES.get(model)
     both = sorted(set(serving) | {version})
-    # Upload mode: check every needed folder before touching the server.
+    # Upload mode: read (and so check) every needed folder once, before touching the server.
     staged_files = version_files(source_dir, both) if source_dir else None
-    restore_files = version_files(source_dir, serving) if source_dir else None
-    final_files = version_files(source_dir, [version]) if source_dir else None
+
+    def subset(versions: Sequence[int]) -> dict[str, bytes] | None:
+        if staged_files is None:
+            return None
+        prefixes = tuple(f"file:{v}/" for v in versions)
+        return {k: v for k, v in staged_files.items() if k.startswith(prefixes)}
+
+    restore_files = subset(serving)
+    final_files = subset([version])
     ensembles = dependent_ensembles(repo, model)
     report = RolloutReport(model, serving, version, None)
     step = "stage"

@@ -14,6 +14,14 @@ TEXT_EMBEDDING_ARTIFACTS := \
 	model_repository/text_embedding_encoder/2/build_metadata.json \
 	model_repository/text_embedding_tokenize/1/tokenizer.json
 
+# Artifacts of ctr_ranking / ctr_session (trained on the synthetic click log, ~3 min on CPU).
+CTR_ARTIFACTS := \
+	model_repository/ctr_model/1/model.onnx \
+	model_repository/ctr_model/1/build_metadata.json \
+	model_repository/ctr_model/2/model.onnx \
+	model_repository/ctr_model/2/build_metadata.json \
+	build/ctr/model.pt
+
 SERVE_ARGS ?=
 PYTEST_ARGS ?=
 
@@ -38,11 +46,15 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --editable .
 	touch $@
 
-artifacts: $(TEXT_EMBEDDING_ARTIFACTS)
+artifacts: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS)
 
 $(TEXT_EMBEDDING_ARTIFACTS) &: $(STAMP) builders/text_embedding_onnx.py tritonrepo/text/spec.py \
 		tritonrepo/text/tokenization.py
 	$(PY) -m builders.text_embedding_onnx
+
+$(CTR_ARTIFACTS) &: $(STAMP) builders/ctr_onnx.py builders/ctr_network.py tritonrepo/ctr/spec.py \
+		tritonrepo/ctr/click_log.py tritonrepo/ctr/features.py
+	$(PY) -m builders.ctr_onnx
 
 serve: artifacts
 	$(PY) -m tritonrepo.launcher $(SERVE_ARGS)
@@ -61,4 +73,4 @@ lint: setup
 	$(PY) -m ruff format --check .
 
 clean:
-	rm -rf build $(TEXT_EMBEDDING_ARTIFACTS)
+	rm -rf build $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS)

@@ -6,7 +6,16 @@ Python API::
     with EmbeddingClient("127.0.0.1:8000", protocol="http") as client:
         vectors = client.embed(["A man is eating food."])   # float32 [1, 384]
 
-Command line: ``tritonrepo-client embed|health|models|rollout|rollback`` (``--help``).
+    from tritonrepo_client import RankingClient, SessionClient
+    with RankingClient() as client:
+        best = client.rank(history=[12, 7, 981], candidates=[5, 66, 4000], top_k=2)
+    with SessionClient() as client:
+        session = client.session("user-42")
+        session.send(12, [5, 66, 4000])              # START
+        session.send(7, [5, 66, 4000], end=True)     # END
+
+Command line: ``tritonrepo-client embed|rank|session|health|models|rollout|rollback``
+(``--help``).
 """
 
 from tritonrepo_client.connection import (
@@ -17,6 +26,7 @@ from tritonrepo_client.connection import (
 )
 from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matrix
 from tritonrepo_client.health import Check, check_health
+from tritonrepo_client.ranking import Ranking, RankingClient, Session, SessionClient
 from tritonrepo_client.repository import ModelVersionState, RepositoryClient
 from tritonrepo_client.rollout import (
     CanaryResult,
@@ -35,10 +45,14 @@ __all__ = [
     "EmbeddingCanary",
     "EmbeddingClient",
     "ModelVersionState",
+    "Ranking",
+    "RankingClient",
     "RepositoryClient",
     "RolloutError",
     "RolloutReport",
     "ServerUnreachable",
+    "Session",
+    "SessionClient",
     "TensorCanary",
     "TritonConnection",
     "VersionNotLoaded",

@@ -4,6 +4,8 @@ Examples::
 
     tritonrepo-client embed "A man is eating food." "A man eats."
     tritonrepo-client --protocol grpc embed --similarity "cat" "kitten" "car"
+    tritonrepo-client rank --history 12 7 981 --candidates 5 66 981 4000 --top-k 2
+    tritonrepo-client session --correlation-id user-42 events.jsonl   # or - for stdin
     tritonrepo-client health                      # exit 1 unless every ensemble answers
     tritonrepo-client models list
     tritonrepo-client rollout text_embedding_encoder --version 2
@@ -24,6 +26,7 @@ from tritonrepo import repository_key
 from tritonrepo_client.connection import DEFAULT_URLS, ClientError, TritonConnection
 from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matrix
 from tritonrepo_client.health import DEFAULT_MODELS, check_health
+from tritonrepo_client.ranking import RankingClient, SessionClient, read_events
 from tritonrepo_client.repository import RepositoryClient
 from tritonrepo_client.rollout import (
     DEFAULT_PROBE_TEXTS,
@@ -60,6 +63,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     embed.add_argument("--model", default="text_embedding")
     embed.add_argument("--precision", type=int, default=4, help="decimals printed")
+
+    rank = sub.add_parser("rank", help="top-K candidates for a user from ctr_ranking (JSON)")
+    rank.add_argument("--history", type=int, nargs="*", default=[], help="item ids, newest last")
+    rank.add_argument("--candidates", type=int, nargs="+", required=True, help="1..512 item ids")
+    rank.add_argument("--top-k", type=int, help="how many to return (server default 10)")
+    rank.add_argument("--model", default="ctr_ranking")
+
+    session = sub.add_parser(
+        "session",
+        help='replay a session on ctr_session: JSON lines {"item_id": N, "candidates": [...]}'
+        " from a file or stdin; prints one ranking per event",
+    )
+    session.add_argument("events", nargs="?", default="-", help="JSON-lines file (default: stdin)")
+    session.add_argument(
+        "--correlation-id",
+        required=True,
+        help="session id: digits are sent as a numeric correlation ID, anything else as a string",
+    )
+    session.add_argument("--model", default="ctr_session")
 
     health = sub.add_parser(
         "health", help="liveness/readiness with a real inference per model; exit 1 if unhealthy"
@@ -219,8 +241,27 @@ def _rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rank(args: argparse.Namespace) -> int:
+    with RankingClient(args.url, args.protocol, args.model, args.timeout) as client:
+        ranking = client.rank(args.history, args.candidates, args.top_k)
+    print(json.dumps(ranking.as_dict()))
+    return 0
+
+
+def _session(args: argparse.Namespace) -> int:
+    cid = args.correlation_id
+    correlation_id: int | str = int(cid) if cid.isdigit() else cid
+    stream = sys.stdin if args.events == "-" else open(args.events, encoding="utf-8")  # noqa: SIM115
+    with stream, SessionClient(args.url, args.protocol, args.model, args.timeout) as client:
+        for event, ranking in client.replay(correlation_id, read_events(stream)):
+            print(json.dumps({"item_id": event["item_id"]} | ranking.as_dict()), flush=True)
+    return 0
+
+
 COMMANDS = {
     "embed": _embed,
+    "rank": _rank,
+    "session": _session,
     "health": _health,
     "models": _models,
     "rollout": _rollout,
@@ -234,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (ClientError, ValueError) as exc:
+    except (ClientError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

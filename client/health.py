@@ -8,6 +8,7 @@ the launcher before it reports "ready".
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import numpy as np
 
 from tritonrepo_client.connection import ClientError, TritonConnection
 
-DEFAULT_MODELS = ("text_embedding",)
+DEFAULT_MODELS = ("text_embedding", "ctr_ranking", "ctr_session")
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,62 @@ def probe_text_embedding(conn: TritonConnection, model: str) -> str:
     return f"1x384 embedding, norm {norm:.4f}"
 
 
+def _check_ranking(ids: np.ndarray, scores: np.ndarray, candidates: list[int], k: int) -> str:
+    if ids is None or scores is None or ids.shape != (k,) or scores.shape != (k,):
+        raise ClientError(f"expected {k} ranked items, got ITEM_IDS {getattr(ids, 'shape', None)}")
+    if not set(ids.tolist()) <= set(candidates):
+        raise ClientError(f"ITEM_IDS {ids.tolist()} are not among the candidates {candidates}")
+    if not (np.isfinite(scores).all() and (scores > 0).all() and (scores < 1).all()):
+        raise ClientError(f"SCORES {scores.tolist()} are not probabilities")
+    if (np.diff(scores) > 0).any():
+        raise ClientError(f"SCORES {scores.tolist()} are not in descending order")
+    return f"{k} candidates ranked, top CTR {float(scores[0]):.4f}"
+
+
+PROBE_CANDIDATES = [11, 222, 3333]
+
+
+def probe_ctr_ranking(conn: TritonConnection, model: str) -> str:
+    """Rank 3 candidates with TOP_K 2; 2 of them must come back, CTRs in (0, 1), descending.
+
+    Raises:
+        ClientError: the inference failed or its output is wrong.
+    """
+    out = conn.infer(
+        model,
+        {
+            "HISTORY": np.array([5, 50, 500], dtype=np.int64),
+            "CANDIDATES": np.array(PROBE_CANDIDATES, dtype=np.int64),
+            "TOP_K": np.array([2], dtype=np.int32),
+        },
+        ["ITEM_IDS", "SCORES"],
+    )
+    return _check_ranking(out["ITEM_IDS"], out["SCORES"], PROBE_CANDIDATES, 2)
+
+
+def probe_ctr_session(conn: TritonConnection, model: str) -> str:
+    """A one-event session (START and END in one request, a random string correlation ID):
+    all 3 candidates ranked, CTRs in (0, 1), descending; the session leaves no state behind.
+
+    Raises:
+        ClientError: the inference failed or its output is wrong.
+    """
+    out = conn.infer(
+        model,
+        {"ITEM_ID": np.array([5], dtype=np.int64), "CANDIDATES": np.array(PROBE_CANDIDATES)},
+        ["ITEM_IDS", "SCORES"],
+        sequence_id=f"health-{secrets.token_hex(8)}",
+        sequence_start=True,
+        sequence_end=True,
+    )
+    return _check_ranking(out["ITEM_IDS"], out["SCORES"], PROBE_CANDIDATES, 3)
+
+
 # Probe inference per model name; models without one are checked for readiness only.
 PROBES: dict[str, Callable[[TritonConnection, str], str]] = {
     "text_embedding": probe_text_embedding,
+    "ctr_ranking": probe_ctr_ranking,
+    "ctr_session": probe_ctr_session,
 }
 
 

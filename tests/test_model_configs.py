@@ -9,6 +9,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.model_config import (
     ModelConfig,
     all_config_files,
@@ -37,10 +38,14 @@ def test_config_parses_and_names_its_folder(path: Path):
     cfg = load_config(path)
     model_dir = path.parent if path.name == "config.pbtxt" else path.parent.parent
     assert cfg.name == model_dir.name
-    assert cfg.max_batch_size > 0  # every step batches dynamically
     if cfg.platform != "ensemble":
-        assert cfg.HasField("dynamic_batching"), "step models use dynamic batching"
         assert len(cfg.instance_group) >= 1
+        if cfg.HasField("sequence_batching"):
+            assert cfg.sequence_batching.max_sequence_idle_microseconds > 0
+        elif cfg.max_batch_size > 0:
+            assert cfg.HasField("dynamic_batching"), "batching models use dynamic batching"
+        else:  # per-user Python steps of ctr_ranking: variable shapes, no batching
+            assert cfg.backend == "python", f"{cfg.name}: only Python steps may skip batching"
 
 
 @pytest.mark.parametrize("config_name", [None, "cpu"], ids=["gpu", "cpu"])
@@ -154,3 +159,40 @@ def test_checker_catches(tmp_path, model, old, new, problem):
 def test_parse_rejects_unknown_fields():
     with pytest.raises(text_format.ParseError):
         text_format.Parse('name: "x" max_batch: 4', ModelConfig())
+
+
+# --- ctr ------------------------------------------------------------------------------------
+
+
+def test_ctr_model_gpu_config_matches_issue_and_profile():
+    cfg = load_config(MODEL_REPOSITORY / ctr_spec.CORE_MODEL / "config.pbtxt")
+    assert cfg.platform == "tensorrt_plan"
+    assert [(g.kind, g.count) for g in cfg.instance_group] == [(mc.ModelInstanceGroup.KIND_GPU, 1)]
+    assert list(cfg.dynamic_batching.preferred_batch_size) == [8, 16, 32]
+    assert cfg.dynamic_batching.max_queue_delay_microseconds == 200
+    (lo, opt, hi) = ctr_spec.PROFILE[ctr_spec.CORE_INPUT]
+    assert lo[0] == 1 and hi[0] == cfg.max_batch_size >= ctr_spec.MAX_CANDIDATES
+    assert opt[0] == max(cfg.dynamic_batching.preferred_batch_size)
+    cpu = load_config(config_path(MODEL_REPOSITORY, ctr_spec.CORE_MODEL, "cpu"))
+    assert list(cpu.input) == list(cfg.input) and list(cpu.output) == list(cfg.output)
+    assert cpu.max_batch_size == cfg.max_batch_size and cpu.HasField("dynamic_batching")
+
+
+def test_ctr_session_configs_declare_sequence_controls_and_state():
+    kinds = mc.ModelSequenceBatching.Control
+    gpu = load_config(MODEL_REPOSITORY / ctr_spec.SESSION_MODEL / "config.pbtxt")
+    cpu = load_config(config_path(MODEL_REPOSITORY, ctr_spec.SESSION_MODEL, "cpu"))
+    for cfg in (gpu, cpu):
+        seq = cfg.sequence_batching
+        controls = {c.control[0].kind: c.name for c in seq.control_input}
+        assert controls == {
+            kinds.CONTROL_SEQUENCE_START: "START",
+            kinds.CONTROL_SEQUENCE_END: "END",
+            kinds.CONTROL_SEQUENCE_READY: "READY",
+        }
+        assert seq.max_sequence_idle_microseconds >= 60_000_000  # human-paced sessions
+        assert list(cfg.input) == list(gpu.input) and list(cfg.output) == list(gpu.output)
+    (state,) = gpu.sequence_batching.state
+    assert (state.input_name, list(state.dims)) == ("HISTORY_IN", [ctr_spec.HISTORY_LENGTH])
+    assert state.initial_state[0].zero_data  # all padding = empty history
+    assert not cpu.sequence_batching.state  # the Python backend has no implicit state

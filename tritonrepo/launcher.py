@@ -38,7 +38,7 @@ from pathlib import Path
 from tritonrepo import repository_key
 from tritonrepo.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
 
-DEFAULT_MODELS = ("text_embedding",)
+DEFAULT_MODELS = ("text_embedding", "ctr_ranking", "ctr_session")
 
 
 class LaunchError(RuntimeError):

@@ -55,13 +55,23 @@ class TensorSpec:
         dims = (["batch"] if self.batched else []) + [str(d) for d in self.dims]
         return f"{mc.DataType.Name(self.data_type)} [{', '.join(dims)}]"
 
+    @property
+    def full_dims(self) -> tuple[int, ...]:
+        """The tensor's whole shape, the batch dimension as -1."""
+        return ((-1,) if self.batched else ()) + self.dims
+
     def compatible(self, other: TensorSpec) -> bool:
-        """Same type, same batching and rank, equal dims where neither is -1."""
+        """Same type and rank of the whole shape, equal dims where neither is -1.
+
+        A batched tensor may feed a model without batching and vice versa (Triton then reads
+        the first dimension as the batch: e.g. ``input_ids`` [-1, 64] from a per-user step
+        reaches a batching model as a request of batch n); the shapes must still agree.
+        """
+        mine, theirs = self.full_dims, other.full_dims
         return (
             self.data_type == other.data_type
-            and self.batched == other.batched
-            and len(self.dims) == len(other.dims)
-            and all(a == b or -1 in (a, b) for a, b in zip(self.dims, other.dims, strict=True))
+            and len(mine) == len(theirs)
+            and all(a == b or -1 in (a, b) for a, b in zip(mine, theirs, strict=True))
         )
 
 

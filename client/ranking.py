@@ -1,0 +1,207 @@
+"""Clients of the CTR models: ``ctr_ranking`` (stateless) and ``ctr_session`` (sequences)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Hashable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+import numpy as np
+
+from tritonrepo_client.connection import Protocol, TritonConnection
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Ranked candidates: ``item_ids`` INT64 ``[k]`` and their CTR ``scores`` FP32 ``[k]``,
+    descending."""
+
+    item_ids: np.ndarray
+    scores: np.ndarray
+
+    def as_dict(self) -> dict[str, list]:
+        """JSON-ready ``{"item_ids": [...], "scores": [...]}``."""
+        return {
+            "item_ids": [int(i) for i in self.item_ids],
+            "scores": [round(float(s), 6) for s in self.scores],
+        }
+
+
+def _ids(values: Sequence[int] | np.ndarray, name: str) -> np.ndarray:
+    array = np.asarray(values)
+    if array.size and not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"{name} must be integer item ids, got dtype {array.dtype}")
+    return array.astype(np.int64).reshape(-1)
+
+
+class RankingClient:
+    """Top-K candidates for a user from the ``ctr_ranking`` ensemble.
+
+    Args:
+        url: ``host:port`` (defaults per protocol: 8000 HTTP, 8001 gRPC).
+        protocol: ``"http"`` or ``"grpc"``.
+        model: ensemble name.
+        timeout_s: network timeout per call, seconds.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        protocol: Protocol = "http",
+        model: str = "ctr_ranking",
+        timeout_s: float = 60.0,
+    ) -> None:
+        self.connection = TritonConnection(url, protocol, timeout_s)
+        self.model = model
+
+    def rank(
+        self,
+        history: Sequence[int] | np.ndarray,
+        candidates: Sequence[int] | np.ndarray,
+        top_k: int | None = None,
+    ) -> Ranking:
+        """Rank ``candidates`` (1..512 ids) for a user with ``history`` (ids, newest last).
+
+        ``top_k`` defaults to the server's (10); it is cut to ``len(candidates)``.
+
+        Raises:
+            ValueError: ids are not integers.
+            ServerUnreachable: no server at the URL.
+            ClientError: the server rejected the request (e.g. no or > 512 candidates,
+                ``top_k`` ≤ 0), with Triton's message.
+        """
+        inputs = {
+            "HISTORY": _ids(history, "history"),
+            "CANDIDATES": _ids(candidates, "candidates"),
+        }
+        if top_k is not None:
+            inputs["TOP_K"] = np.array([top_k], dtype=np.int32)
+        out = self.connection.infer(self.model, inputs, ["ITEM_IDS", "SCORES"])
+        return Ranking(out["ITEM_IDS"], out["SCORES"])
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.connection.close()
+
+    def __enter__(self) -> RankingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Session:
+    """One user session on ``ctr_session``; created by :meth:`SessionClient.session`.
+
+    The first :meth:`send` carries START; pass ``end=True`` with the last event (Triton ends a
+    sequence only with a request). A session unused for the model's idle timeout (10 min) is
+    dropped by the server; the next :meth:`send` then fails unless ``restart=True``.
+    """
+
+    def __init__(self, connection: TritonConnection, model: str, correlation_id: Hashable):
+        self.connection = connection
+        self.model = model
+        self.correlation_id = correlation_id
+        self.started = False
+        self.ended = False
+
+    def send(
+        self, item_id: int, candidates: Sequence[int] | np.ndarray, end: bool = False
+    ) -> Ranking:
+        """Record the event ``item_id`` and rank ``candidates`` (all of them, descending).
+
+        Raises:
+            RuntimeError: the session has ended.
+            ClientError: the server rejected the event (its message says why); the session's
+                state is unchanged by a rejected event.
+        """
+        if self.ended:
+            raise RuntimeError(f"session {self.correlation_id!r} has ended")
+        out = self.connection.infer(
+            self.model,
+            {
+                "ITEM_ID": np.array([item_id], dtype=np.int64),
+                "CANDIDATES": _ids(candidates, "candidates"),
+            },
+            ["ITEM_IDS", "SCORES"],
+            sequence_id=self.correlation_id,
+            sequence_start=not self.started,
+            sequence_end=end,
+        )
+        self.started = True
+        self.ended = end
+        return Ranking(out["ITEM_IDS"], out["SCORES"])
+
+
+class SessionClient:
+    """Sessions on the ``ctr_session`` sequence model (arguments as :class:`RankingClient`)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        protocol: Protocol = "http",
+        model: str = "ctr_session",
+        timeout_s: float = 60.0,
+    ) -> None:
+        self.connection = TritonConnection(url, protocol, timeout_s)
+        self.model = model
+
+    def session(self, correlation_id: int | str) -> Session:
+        """A new session; ``correlation_id``: a non-zero int (< 2**64) or a non-empty str,
+        unique among the sessions open on the server."""
+        if correlation_id in (0, ""):
+            raise ValueError("correlation_id must be a non-zero int or a non-empty string")
+        return Session(self.connection, self.model, correlation_id)
+
+    def replay(
+        self, correlation_id: int | str, events: Iterable[dict]
+    ) -> Iterator[tuple[dict, Ranking]]:
+        """Send ``events`` (``{"item_id": int, "candidates": [int, ...]}``) as one session,
+        START with the first and END with the last; yields each event with its ranking.
+
+        Raises:
+            ValueError: an event lacks ``item_id`` or ``candidates``.
+            ClientError: the server rejected an event (the replay stops there).
+        """
+        session = self.session(correlation_id)
+        items = iter(events)
+        current = next(items, None)
+        while current is not None:
+            following = next(items, None)
+            if "item_id" not in current or "candidates" not in current:
+                raise ValueError(f"event needs 'item_id' and 'candidates': {current}")
+            ranking = session.send(
+                int(current["item_id"]), current["candidates"], end=following is None
+            )
+            yield current, ranking
+            current = following
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.connection.close()
+
+    def __enter__(self) -> SessionClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_events(stream: TextIO) -> Iterator[dict]:
+    """Session events from JSON lines (blank lines and ``#`` comments skipped).
+
+    Raises:
+        ValueError: a line is not a JSON object (the message gives its number).
+    """
+    for number, line in enumerate(stream, start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            event = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"line {number}: not JSON ({exc.msg})") from None
+        if not isinstance(event, dict):
+            raise ValueError(f"line {number}: expected a JSON object")
+        yield event

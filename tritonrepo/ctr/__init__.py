@@ -1,0 +1,1 @@
+"""The CTR recommender: click-log generator, feature building, ranking and session state."""

@@ -57,3 +57,23 @@ def test_onnx_matches_pytorch_on_real_tokens(reference_model):
     (got,) = session.run(None, {"input_ids": ids, "attention_mask": mask})
     real = mask.astype(bool)
     assert np.abs(got - expected)[real].max() < 1e-4
+
+
+def test_ctr_build_metadata_reports_auc_parity_and_int8():
+    import json
+
+    from tritonrepo.ctr import spec as ctr_spec
+
+    v1, v2 = (
+        json.loads(
+            (MODEL_REPOSITORY / ctr_spec.CORE_MODEL / str(v) / "build_metadata.json").read_text()
+        )
+        for v in (1, 2)
+    )
+    assert v1["precision"] == "fp32" and v2["precision"] == "int8"
+    assert v1["training"]["heldout_auc"] >= 0.75
+    assert v1["parity_max_abs_diff"] < 1e-5
+    aucs = v1["heldout_auc"]
+    assert set(aucs) == {"fp32", "int8_log_calibration", "int8_random_calibration"}
+    assert aucs["fp32"] >= 0.75 and aucs["int8_log_calibration"] >= 0.75
+    assert v2["batch_1_vs_batch_256_max_abs_diff"] == 0.0

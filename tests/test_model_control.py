@@ -16,6 +16,7 @@ from tritonrepo_client import (
     VersionNotLoaded,
     check_health,
 )
+from tritonrepo_client.health import DEFAULT_MODELS
 
 pytestmark = pytest.mark.server
 STEPS = (spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.POOL_MODEL)
@@ -113,12 +114,13 @@ def test_request_for_a_version_not_loaded_is_explained(control_server, protocol)
 def test_health_passes_with_a_real_inference(control_server, protocol):
     with TritonConnection(url(control_server, protocol), protocol) as conn:
         checks = check_health(conn)
-    assert [c.name for c in checks] == [
-        "live", "ready", f"{spec.ENSEMBLE} ready", f"{spec.ENSEMBLE} inference"
-    ]  # fmt: skip
+    expected = ["live", "ready"]
+    for model in DEFAULT_MODELS:  # text_embedding, ctr_ranking, ctr_session
+        expected += [f"{model} ready", f"{model} inference"]
+    assert [c.name for c in checks] == expected
     assert all(c.ok for c in checks), checks
     out = cli(control_server, "health", protocol=protocol)
-    assert out.returncode == 0 and out.stdout.count("ok  ") == 4, out.stdout
+    assert out.returncode == 0 and out.stdout.count("ok  ") == len(expected), out.stdout
 
 
 def test_health_fails_when_a_step_cannot_serve(control_server):

@@ -176,6 +176,42 @@ class TritonConnection:
         self.close()
 
 
+class ModelClient:
+    """Base of the per-model clients: one connection to one model, usable as a context manager.
+
+    Args:
+        url: ``host:port`` of the server (defaults per protocol: 8000 HTTP, 8001 gRPC).
+        protocol: ``"http"`` or ``"grpc"``.
+        model: model name (default: the subclass's ``DEFAULT_MODEL``).
+        timeout_s: network timeout per call, seconds.
+    """
+
+    DEFAULT_MODEL = ""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        protocol: Protocol = "http",
+        model: str | None = None,
+        timeout_s: float = 60.0,
+    ) -> None:
+        self.connection = TritonConnection(url, protocol, timeout_s)
+        self.model = model or self.DEFAULT_MODEL
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.connection.close()
+
+    def __enter__(self: M) -> M:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+M = TypeVar("M", bound=ModelClient)
+
+
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, InferenceServerException):
         text = exc.message() or str(exc)

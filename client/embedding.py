@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tritonrepo_client.connection import Protocol, TritonConnection
+from tritonrepo_client.connection import ModelClient
 
 
 def cosine_similarity_matrix(vectors: np.ndarray) -> np.ndarray:
@@ -19,26 +19,12 @@ def cosine_similarity_matrix(vectors: np.ndarray) -> np.ndarray:
     return (unit @ unit.T).astype(np.float32)
 
 
-class EmbeddingClient:
-    """Sentence embeddings from the ``text_embedding`` ensemble.
+class EmbeddingClient(ModelClient):
+    """Sentence embeddings from the ``text_embedding`` ensemble (arguments: :class:`ModelClient`;
+    ``model`` defaults to ``text_embedding``)."""
 
-    Args:
-        url: ``host:port`` of the server (defaults per protocol: 8000 HTTP, 8001 gRPC).
-        protocol: ``"http"`` or ``"grpc"``.
-        model: ensemble name.
-        timeout_s: network timeout per call, seconds.
-    """
-
-    def __init__(
-        self,
-        url: str | None = None,
-        protocol: Protocol = "http",
-        model: str = "text_embedding",
-        timeout_s: float = 60.0,
-    ) -> None:
-        self.connection = TritonConnection(url, protocol, timeout_s)
-        self.model = model
-        self._max_batch_size: int | None = None
+    DEFAULT_MODEL = "text_embedding"
+    _max_batch_size: int | None = None
 
     @property
     def max_batch_size(self) -> int:
@@ -69,13 +55,3 @@ class EmbeddingClient:
             )
             parts.append(result["EMBEDDING"])
         return np.concatenate(parts, axis=0)
-
-    def close(self) -> None:
-        """Close the connection."""
-        self.connection.close()
-
-    def __enter__(self) -> EmbeddingClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

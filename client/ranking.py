@@ -9,7 +9,7 @@ from typing import TextIO
 
 import numpy as np
 
-from tritonrepo_client.connection import Protocol, TritonConnection
+from tritonrepo_client.connection import ModelClient, TritonConnection
 
 
 @dataclass(frozen=True)
@@ -35,25 +35,11 @@ def _ids(values: Sequence[int] | np.ndarray, name: str) -> np.ndarray:
     return array.astype(np.int64).reshape(-1)
 
 
-class RankingClient:
-    """Top-K candidates for a user from the ``ctr_ranking`` ensemble.
+class RankingClient(ModelClient):
+    """Top-K candidates for a user from the ``ctr_ranking`` ensemble (arguments:
+    :class:`ModelClient`; ``model`` defaults to ``ctr_ranking``)."""
 
-    Args:
-        url: ``host:port`` (defaults per protocol: 8000 HTTP, 8001 gRPC).
-        protocol: ``"http"`` or ``"grpc"``.
-        model: ensemble name.
-        timeout_s: network timeout per call, seconds.
-    """
-
-    def __init__(
-        self,
-        url: str | None = None,
-        protocol: Protocol = "http",
-        model: str = "ctr_ranking",
-        timeout_s: float = 60.0,
-    ) -> None:
-        self.connection = TritonConnection(url, protocol, timeout_s)
-        self.model = model
+    DEFAULT_MODEL = "ctr_ranking"
 
     def rank(
         self,
@@ -79,16 +65,6 @@ class RankingClient:
             inputs["TOP_K"] = np.array([top_k], dtype=np.int32)
         out = self.connection.infer(self.model, inputs, ["ITEM_IDS", "SCORES"])
         return Ranking(out["ITEM_IDS"], out["SCORES"])
-
-    def close(self) -> None:
-        """Close the connection."""
-        self.connection.close()
-
-    def __enter__(self) -> RankingClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class Session:
@@ -134,18 +110,11 @@ class Session:
         return Ranking(out["ITEM_IDS"], out["SCORES"])
 
 
-class SessionClient:
-    """Sessions on the ``ctr_session`` sequence model (arguments as :class:`RankingClient`)."""
+class SessionClient(ModelClient):
+    """Sessions on the ``ctr_session`` sequence model (arguments: :class:`ModelClient`;
+    ``model`` defaults to ``ctr_session``)."""
 
-    def __init__(
-        self,
-        url: str | None = None,
-        protocol: Protocol = "http",
-        model: str = "ctr_session",
-        timeout_s: float = 60.0,
-    ) -> None:
-        self.connection = TritonConnection(url, protocol, timeout_s)
-        self.model = model
+    DEFAULT_MODEL = "ctr_session"
 
     def session(self, correlation_id: int | str) -> Session:
         """A new session; ``correlation_id``: a non-zero int (< 2**64) or a non-empty str,
@@ -176,16 +145,6 @@ class SessionClient:
             )
             yield current, ranking
             current = following
-
-    def close(self) -> None:
-        """Close the connection."""
-        self.connection.close()
-
-    def __enter__(self) -> SessionClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def read_events(stream: TextIO) -> Iterator[dict]:

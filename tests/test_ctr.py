@@ -6,6 +6,7 @@ rows built here from the issue's rules, not from the code under test.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -240,8 +241,6 @@ def test_cli_rank_and_session(triton_server, reference, tmp_path):
         "--history", "5", "6", "--candidates", "7", "8", "9", "--top-k", "2",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    import json
-
     ranked = json.loads(out.stdout)
     scores = reference([5, 6], [7, 8, 9])
     ids, _ = expected_ranking(scores, [7, 8, 9], 2)

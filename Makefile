@@ -12,6 +12,10 @@ TEXT_EMBEDDING_ARTIFACTS := \
 	model_repository/text_embedding_encoder/1/build_metadata.json \
 	model_repository/text_embedding_encoder/2/model.onnx \
 	model_repository/text_embedding_encoder/2/build_metadata.json \
+	model_repository/text_embedding_encoder/3/model.onnx \
+	model_repository/text_embedding_encoder/3/build_metadata.json \
+	model_repository/text_embedding_encoder/4/model.onnx \
+	model_repository/text_embedding_encoder/4/build_metadata.json \
 	model_repository/text_embedding_tokenize/1/tokenizer.json
 
 # Artifacts of ctr_ranking / ctr_session (trained on the synthetic click log, ~3 min on CPU).
@@ -27,14 +31,17 @@ PYTEST_ARGS ?=
 
 BENCH_ARGS ?=
 
-.PHONY: help setup artifacts serve test bench lint clean
+.PHONY: help setup artifacts serve test bench bench-quick profile perf-deps int8-study lint clean
 
 help:
 	@echo "make serve     set up, build the artifacts, run the embedded Triton server (Ctrl-C stops)"
 	@echo "make test      set up, build the artifacts, run the tests against a real server"
 	@echo "make setup     create $(VENV) with the versions pinned in requirements.txt"
 	@echo "make artifacts build the model files from the source weights"
-	@echo "make bench     dynamic-batching gain of text_embedding with perf_analyzer"
+	@echo "make bench     the ensembles vs in-process and FastAPI baselines (~25 min; build/bench/)"
+	@echo "make bench-quick  the same harness, a few seconds per system (what CI runs)"
+	@echo "make profile   py-spy + Triton per-step statistics of text_embedding under load"
+	@echo "make int8-study   compare INT8 candidates for the text encoder (build/int8_study.md)"
 	@echo "make lint      ruff check + ruff format --check"
 	@echo "make clean     remove built artifacts and build/ (keeps $(VENV))"
 
@@ -49,7 +56,7 @@ $(STAMP): requirements.txt pyproject.toml
 artifacts: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS)
 
 $(TEXT_EMBEDDING_ARTIFACTS) &: $(STAMP) builders/text_embedding_onnx.py tritonrepo/text/spec.py \
-		tritonrepo/text/tokenization.py
+		tritonrepo/text/tokenization.py builders/text_embedding_variants.py tritonrepo/text/corpus.py
 	$(PY) -m builders.text_embedding_onnx
 
 $(CTR_ARTIFACTS) &: $(STAMP) builders/ctr_onnx.py builders/ctr_network.py tritonrepo/ctr/spec.py \
@@ -59,14 +66,26 @@ $(CTR_ARTIFACTS) &: $(STAMP) builders/ctr_onnx.py builders/ctr_network.py triton
 serve: artifacts
 	$(PY) -m tritonrepo.launcher $(SERVE_ARGS)
 
-test: artifacts
+test: artifacts perf-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# perf_analyzer 2.51 links Debian's libb64 (libb64-0d); install it when missing.
-bench: artifacts
+# perf_analyzer 2.51 (tritonclient wheel) links Debian's libb64 (libb64-0d); install it when
+# missing (as root, as on CI and the dev machines).
+perf-deps:
 	@/sbin/ldconfig -p | grep -q 'libb64\.so\.0d' || apt-get install -y -q libb64-0d >/dev/null \
 		|| { echo "error: perf_analyzer needs Debian's libb64-0d (apt-get install libb64-0d)"; exit 1; }
-	$(PY) -m benchmarks.text_embedding_batching $(BENCH_ARGS)
+
+bench: artifacts perf-deps
+	$(PY) -m benchmarks $(BENCH_ARGS)
+
+bench-quick: artifacts perf-deps
+	$(PY) -m benchmarks --quick $(BENCH_ARGS)
+
+profile: artifacts perf-deps
+	$(PY) -m benchmarks.profile $(BENCH_ARGS)
+
+int8-study: artifacts
+	$(PY) -m builders.text_embedding_int8_study
 
 lint: setup
 	$(PY) -m ruff check .

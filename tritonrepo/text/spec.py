@@ -18,8 +18,12 @@ ENCODER_MODEL = "text_embedding_encoder"
 POOL_MODEL = "text_embedding_pool"
 
 # Encoder versions that `make artifacts` builds, with their precision. Only the versions in
-# the configs' version_policy serve; the others are staged for a rollout.
-ENCODER_VERSIONS: dict[int, str] = {1: "fp32", 2: "bf16"}
+# the configs' version_policy serve; the others are staged for a rollout:
+#   1 fp32        the ONNX export
+#   2 bf16        FP32 compute on weights rounded to bfloat16 (a distinguishable rollout target)
+#   3 fp32-fused  ONNX Runtime transformer fusions (Attention, SkipLayerNorm, BiasGelu, ...)
+#   4 int8        weight-only INT8 MatMulNBits, INT8 compute, batch-independent (CPU)
+ENCODER_VERSIONS: dict[int, str] = {1: "fp32", 2: "bf16", 3: "fp32-fused", 4: "int8"}
 
 ENCODER_INPUTS = ("input_ids", "attention_mask")  # INT64 [batch, seq]
 ENCODER_OUTPUT = "token_embeddings"  # FP32 [batch, seq, HIDDEN_SIZE]

@@ -1,0 +1,159 @@
+"""``make bench``: the served ensembles against what users run today, in one run.
+
+Usage: ``python -m benchmarks [--quick] [--workload text_embedding|ctr] [--levels 1,4,16]
+[--output DIR]``
+
+One run measures, one system after another on the same inputs (``benchmarks/inputs.py``):
+in-process baselines, the naive FastAPI servers, and the Triton ensembles with their variants
+(``benchmarks/text_embedding.py``, ``benchmarks/ctr.py``). It checks every system's outputs
+before timing it, then writes ``results.json``, ``report.md`` (a table per workload and the
+targets of issue 8 as ratios from this run) and PNG plots of throughput and p50/p95/p99
+latency against concurrency into ``build/bench/``. ``--quick`` (CI) takes a few seconds per
+system and asserts no speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import ctr, inputs, machine, report, targets, text_embedding, triton_side
+from benchmarks.results import Run
+from benchmarks.settings import Settings
+from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
+from tritonrepo.text import spec
+from tritonrepo.text.tokenization import TextTokenizer
+
+WORKLOADS = ("text_embedding", "ctr")
+
+
+def describe_inputs(texts: list[str], data: inputs.CtrInputs | None) -> dict[str, str]:
+    """The report's description of the inputs (token lengths measured with the model's own
+    tokenizer, before truncation)."""
+    out = {}
+    if texts:
+        tokenizer = TextTokenizer(
+            MODEL_REPOSITORY / spec.TOKENIZE_MODEL / "1" / "tokenizer.json", 100_000
+        )
+        lengths = tokenizer.encode(texts)[1].sum(axis=1)
+        p10, p50, p90 = np.percentile(lengths, [10, 50, 90]).astype(int)
+        out["Texts"] = (
+            f"{len(texts)} real texts (`tritonrepo/text/corpus.py`: numpy docstrings and the "
+            f"READMEs of pinned packages; 40 % short queries, 40 % paragraphs, 20 % documents); "
+            f"tokens p10 {p10}, p50 {p50}, p90 {p90}, max {lengths.max()} (the model truncates "
+            f"at {spec.MAX_SEQ_LENGTH})"
+        )
+    if data is not None:
+        out["CTR"] = (
+            f"{len(data.requests)} held-out click-log users, {inputs.CANDIDATES_PER_REQUEST} "
+            f"candidates per request; {len(data.sessions)} sessions of "
+            f"{inputs.SESSION_EVENTS} events; AUC on {len(data.heldout.rows)} held-out rows"
+        )
+    return out
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="a few seconds per system (CI)")
+    parser.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        action="append",
+        help="only this workload (repeatable; default: all)",
+    )
+    parser.add_argument("--levels", help="concurrency levels, e.g. 1,4,16 (default 1..32)")
+    parser.add_argument("--output", type=Path, default=BUILD_DIR / "bench")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; exit 1 with a one-line reason when a system cannot be measured."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    args = parse_args(argv)
+    workloads = args.workload or list(WORKLOADS)
+    out = args.output
+    out.mkdir(parents=True, exist_ok=True)
+    levels = tuple(int(x) for x in args.levels.split(",")) if args.levels else None
+    settings = Settings.make(args.quick, out, levels)
+    texts = inputs.texts(settings.texts) if "text_embedding" in workloads else []
+    data = (
+        inputs.ctr_inputs(settings.ranking_requests, settings.sessions)
+        if "ctr" in workloads
+        else None
+    )
+    run = Run(
+        started=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        quick=settings.quick,
+        machine=machine.facts(),
+        settings={
+            "levels": list(settings.levels),
+            "window": settings.window.describe(),
+            "loadgen_s": settings.loadgen_s,
+        },
+        inputs=describe_inputs(texts, data),
+    )
+    workers = len(os.sched_getaffinity(0))
+    console = Console(stderr=True)
+    steps = ctr.steps(settings) * ("ctr" in workloads)
+    steps += text_embedding.steps(settings) * ("text_embedding" in workloads)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
+        task = bar.add_task("starting", total=steps)
+        settings = dataclasses.replace(
+            settings, progress=lambda what: bar.update(task, advance=1, description=what)
+        )
+        failed = None
+        try:
+            if texts:
+                local, reference = text_embedding.in_process(texts, settings)
+                run.systems += local
+                run.systems += text_embedding.naive_servers(texts, reference, settings, workers)
+            if data is not None:
+                local, model = ctr.in_process(data, settings)
+                run.systems += local
+                run.systems += ctr.naive_servers(data, model, settings, workers)
+            run.save(out / "results.json")
+            models = (("text_embedding",) if texts else ()) + (
+                ("ctr_ranking", "ctr_session") if data is not None else ()
+            )
+            with triton_side.start_server(out, models) as server:
+                if texts:
+                    run.systems += text_embedding.triton(server, texts, reference, settings)
+                    run.save(out / "results.json")
+                if data is not None:
+                    run.systems += ctr.triton(server, data, model, settings)
+        except (RuntimeError, OSError) as exc:
+            failed = exc
+    # What was measured is written even when a later system failed.
+    run.save(out / "results.json")
+    evaluated = targets.evaluate(run)
+    path = report.write(run, evaluated, out)
+    if failed is not None:
+        console.print(f"[red]error:[/red] {failed} (partial report: {path})")
+        return 1
+    for t in evaluated:
+        console.print(
+            f"{t.verdict():>22}  {t.name}: {'–' if t.value is None else f'{t.value:.2f}'}"
+            f" (goal {'≥' if t.higher else '≤'} {t.goal:g})"
+        )
+    console.print(f"report: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

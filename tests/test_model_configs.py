@@ -73,7 +73,16 @@ def test_encoder_cpu_config_has_the_same_interface():
     assert cpu.backend == "onnxruntime_python"
     assert [g.kind for g in cpu.instance_group] == [mc.ModelInstanceGroup.KIND_CPU]
     assert cpu.max_batch_size == gpu.max_batch_size
-    assert list(cpu.input) == list(gpu.input) and list(cpu.output) == list(gpu.output)
+
+    def interface(tensors):
+        return [(t.name, t.data_type, list(t.dims)) for t in tensors]
+
+    assert interface(cpu.input) == interface(gpu.input)
+    assert list(cpu.output) == list(gpu.output)
+    # CPU only: requests of any length join one batch, and the backend packs them by length.
+    assert all(t.allow_ragged_batch for t in cpu.input)
+    assert not any(t.allow_ragged_batch for t in gpu.input)
+    assert cpu.parameters["sequence_mask_input"].string_value == "attention_mask"
 
 
 # --- the checker itself must catch broken ensembles ------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from benchmarks import machine
 from benchmarks.results import IN_PROCESS, Run, System
 from benchmarks.targets import Target
 
@@ -22,16 +23,7 @@ def header(run: Run) -> list[str]:
     """Title, machine, inputs and load sources."""
     m = run.machine
     software = ", ".join(
-        f"{name} {m[name]}"
-        for name in (
-            "onnxruntime",
-            "torch",
-            "sentence-transformers",
-            "numpy",
-            "fastapi",
-            "gunicorn",
-        )
-        if name in m
+        f"{name} {m[name]}" for name in machine.PACKAGES if name in m and name != "tritonclient"
     )
     mode = (
         "quick mode: proves the harness runs; its numbers are not a benchmark"
@@ -128,7 +120,8 @@ def plot(systems: list[System], workload: str, out_dir: Path) -> list[Path]:
     local = [s for s in systems if s.load == IN_PROCESS and s.levels]
     unit = UNITS[workload]
     paths = []
-    fig, ax = plt.subplots(figsize=(9, 5.5))
+    levels = sorted({m.concurrency for s in served for m in s.levels})
+    fig, ax = plt.subplots(figsize=(11, 7.5))
     for s in served:
         ax.plot(
             [m.concurrency for m in s.levels],
@@ -136,22 +129,17 @@ def plot(systems: list[System], workload: str, out_dir: Path) -> list[Path]:
             marker="o",
             label=s.name,
         )
+    styles = iter(["--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 3))] * 3)
     for s in local:
-        ax.axhline(s.levels[0].throughput, linestyle="--", linewidth=1, color="grey")
-        ax.annotate(
-            s.name,
-            (0.01, s.levels[0].throughput),
-            xycoords=("axes fraction", "data"),
-            fontsize=7,
-            color="dimgrey",
-            va="bottom",
-        )
+        ax.axhline(s.levels[0].throughput, linestyle=next(styles), linewidth=1.2, color="grey",
+                   label=f"{s.name} ({s.levels[0].throughput:.0f})")  # fmt: skip
     ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(level) for level in levels])
     ax.set_xlabel("concurrency (requests in flight)")
     ax.set_ylabel(unit)
-    ax.set_title(f"{workload}: throughput vs concurrency")
+    ax.set_title(f"{workload}: throughput vs concurrency (dashed: in-process, no server)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
     fig.tight_layout()
     paths.append(out_dir / f"{workload}_throughput.png")
     fig.savefig(paths[-1], dpi=110)
@@ -167,14 +155,16 @@ def plot(systems: list[System], workload: str, out_dir: Path) -> list[Path]:
                 label=s.name,
             )
         ax.set_xscale("log", base=2)
+        ax.set_xticks(levels, [str(level) for level in levels])
         ax.set_yscale("log")
         ax.set_xlabel("concurrency")
         ax.set_title(f"{pct} latency")
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("ms")
-    axes[0].legend(fontsize=6, loc="upper left")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=2)
     fig.suptitle(f"{workload}: latency vs concurrency")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05 + 0.03 * ((len(served) + 1) // 2), 1, 1))
     paths.append(out_dir / f"{workload}_latency.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)

@@ -10,6 +10,23 @@ from benchmarks.perf_analyzer import Window
 
 FULL_LEVELS = (1, 2, 4, 8, 16, 32)
 QUICK_LEVELS = (1, 8)
+# What differs between a full run and --quick (CI: a few seconds per system).
+FULL = {
+    "levels": FULL_LEVELS,
+    "window": Window(interval_ms=3000, stability_percent=25, max_trials=6),
+    "loadgen_s": 9.0,
+    "texts": 512,
+    "ranking_requests": 125,
+    "sessions": 64,
+}
+QUICK = {
+    "levels": QUICK_LEVELS,
+    "window": Window(interval_ms=1000, stability_percent=999, max_trials=3),
+    "loadgen_s": 2.0,
+    "texts": 64,
+    "ranking_requests": 32,
+    "sessions": 16,
+}
 
 
 @dataclass(frozen=True)
@@ -41,28 +58,7 @@ class Settings:
     @classmethod
     def make(cls, quick: bool, workdir: Path, levels: tuple[int, ...] | None = None) -> Settings:
         """Full settings (a sweep of ~1 minute per served system) or quick ones."""
-        if quick:
-            return cls(
-                quick=True,
-                levels=levels or QUICK_LEVELS,
-                window=Window(interval_ms=1000, stability_percent=999, max_trials=3),
-                loadgen_s=2.0,
-                texts=64,
-                ranking_requests=32,
-                sessions=16,
-                workdir=workdir,
-            )
-        return cls(
-            quick=False,
-            levels=levels or FULL_LEVELS,
-            window=Window(interval_ms=3000, stability_percent=25, max_trials=6),
-            loadgen_s=9.0,
-            texts=512,
-            ranking_requests=125,
-            sessions=64,
-            workdir=workdir,
-        )
-
-    def measurements_per_served_system(self) -> int:
-        """Progress steps of one swept system."""
-        return len(self.levels)
+        knobs = dict(QUICK if quick else FULL)
+        if levels:
+            knobs["levels"] = levels
+        return cls(quick=quick, workdir=workdir, **knobs)  # type: ignore[arg-type]

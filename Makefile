@@ -73,6 +73,7 @@ test: artifacts perf-deps
 # missing (as root, as on CI and the dev machines).
 perf-deps:
 	@/sbin/ldconfig -p | grep -q 'libb64\.so\.0d' || apt-get install -y -q libb64-0d >/dev/null \
+		|| { apt-get update -q >/dev/null && apt-get install -y -q libb64-0d >/dev/null; } \
 		|| { echo "error: perf_analyzer needs Debian's libb64-0d (apt-get install libb64-0d)"; exit 1; }
 
 bench: artifacts perf-deps

@@ -31,7 +31,8 @@ PYTEST_ARGS ?=
 
 BENCH_ARGS ?=
 
-.PHONY: help setup artifacts serve test bench bench-quick profile perf-deps int8-study lint clean
+.PHONY: help setup artifacts serve test bench bench-quick profile perf-deps int8-study lint clean \
+	artifacts-gpu test-gpu bench-gpu
 
 help:
 	@echo "make serve     set up, build the artifacts, run the embedded Triton server (Ctrl-C stops)"
@@ -42,6 +43,9 @@ help:
 	@echo "make bench-quick  the same harness, a few seconds per system (what CI runs)"
 	@echo "make profile   py-spy + Triton per-step statistics of text_embedding under load"
 	@echo "make int8-study   compare INT8 candidates for the text encoder (build/int8_study.md)"
+	@echo "make artifacts-gpu  on a GPU host: export the torch_gpu programs (FP16, accuracy-gated)"
+	@echo "make test-gpu  on a GPU host: the torch_gpu config set against a real server"
+	@echo "make bench-gpu on a GPU host: served text_embedding vs sentence-transformers FP16"
 	@echo "make lint      ruff check + ruff format --check"
 	@echo "make clean     remove built artifacts and build/ (keeps $(VENV))"
 
@@ -88,9 +92,27 @@ profile: artifacts perf-deps
 int8-study: artifacts
 	$(PY) -m builders.text_embedding_int8_study
 
+# GPU host without NVIDIA's container: the torch_gpu config set (--model-config-name=torch_gpu).
+# The programs are tied to this host's PyTorch, like TensorRT plans to theirs, so they are built
+# here, not shipped (builders/torch_export.py).
+TORCH_GPU_ARTIFACTS := \
+	model_repository/text_embedding_encoder/1/model.pt2 \
+	model_repository/ctr_model/1/model.pt2
+
+artifacts-gpu: $(TORCH_GPU_ARTIFACTS)
+
+$(TORCH_GPU_ARTIFACTS) &: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) builders/torch_export.py
+	$(PY) -m builders.torch_export
+
+test-gpu: artifacts-gpu perf-deps
+	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
+
+bench-gpu: artifacts-gpu perf-deps
+	$(PY) -m benchmarks.gpu $(BENCH_ARGS)
+
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
 clean:
-	rm -rf build $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS)
+	rm -rf build $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(TORCH_GPU_ARTIFACTS)

@@ -51,11 +51,14 @@ def binary() -> str:
 
 
 def environment() -> dict[str, str]:
-    """This process's environment plus ``libcudart.so.12`` from nvidia-cuda-runtime-cu12."""
-    import nvidia.cuda_runtime
-
-    lib = Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib"
+    """This process's environment plus ``libcudart.so.12`` from nvidia-cuda-runtime-cu12 (when
+    that package is importable; otherwise ``LD_LIBRARY_PATH`` must already find it)."""
     env = dict(os.environ)
+    try:
+        import nvidia.cuda_runtime
+    except ImportError:
+        return env
+    lib = Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib"
     env["LD_LIBRARY_PATH"] = os.pathsep.join([str(lib), env.get("LD_LIBRARY_PATH", "")])
     return env
 

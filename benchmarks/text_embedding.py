@@ -16,7 +16,6 @@ import tritonclient.grpc as grpcclient
 
 from benchmarks import inputs, loadgen
 from benchmarks.loadgen import Measurement
-from benchmarks.naive_server import NaiveServer
 from benchmarks.results import IN_PROCESS, System
 from benchmarks.settings import Settings
 from benchmarks.triton_side import profile, serving, sweep, variant, without_dynamic_batching
@@ -152,6 +151,8 @@ def naive_servers(
     generator at every concurrency level: as set up from FastAPI's docs (PyTorch's default
     threads in every worker), and tuned (one PyTorch thread per worker, so the workers do not
     oversubscribe the cores)."""
+    from benchmarks.naive_server import NaiveServer  # FastAPI: only where the baseline runs
+
     systems = []
     for key, threads in (("naive", None), ("naive_1thread", 1)):
         port = free_port()

@@ -48,7 +48,7 @@ def test_config_parses_and_names_its_folder(path: Path):
             assert cfg.backend == "python", f"{cfg.name}: only Python steps may skip batching"
 
 
-@pytest.mark.parametrize("config_name", [None, "cpu"], ids=["gpu", "cpu"])
+@pytest.mark.parametrize("config_name", [None, "cpu", "torch_gpu"], ids=["gpu", "cpu", "torch_gpu"])
 @pytest.mark.parametrize("ensemble", ENSEMBLES)
 def test_ensemble_graph_is_consistent(ensemble: str, config_name: str | None):
     assert check_ensemble(MODEL_REPOSITORY, ensemble, config_name) == []
@@ -83,6 +83,27 @@ def test_encoder_cpu_config_has_the_same_interface():
     assert all(t.allow_ragged_batch for t in cpu.input)
     assert not any(t.allow_ragged_batch for t in gpu.input)
     assert cpu.parameters["sequence_mask_input"].string_value == "attention_mask"
+
+
+def test_torch_gpu_set_runs_the_core_steps_on_the_gpu_with_the_same_interface():
+    """The torch_gpu set keeps every model's inputs and the ensembles' interface; the engines
+    and the pooling step run on KIND_GPU, and the encoder's FP16 output is what pooling reads."""
+    for model in (spec.ENCODER_MODEL, spec.POOL_MODEL, "ctr_model"):
+        default = load_config(MODEL_REPOSITORY / model / "config.pbtxt")
+        gpu = load_config(config_path(MODEL_REPOSITORY, model, "torch_gpu"))
+        assert gpu.name == model and {g.kind for g in gpu.instance_group} == {
+            mc.ModelInstanceGroup.KIND_GPU
+        }
+        assert [(t.name, t.data_type) for t in gpu.input if t.name != "token_embeddings"] == [
+            (t.name, t.data_type) for t in default.input if t.name != "token_embeddings"
+        ]
+        assert gpu.max_batch_size >= default.max_batch_size
+        assert gpu.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no"
+    encoder = load_config(config_path(MODEL_REPOSITORY, spec.ENCODER_MODEL, "torch_gpu"))
+    pool = load_config(config_path(MODEL_REPOSITORY, spec.POOL_MODEL, "torch_gpu"))
+    assert encoder.backend == "torch_python" and encoder.output[0].data_type == mc.TYPE_FP16
+    pooled_input = next(t for t in pool.input if t.name == spec.ENCODER_OUTPUT)
+    assert pooled_input.data_type == encoder.output[0].data_type
 
 
 # --- the checker itself must catch broken ensembles ------------------------------------------

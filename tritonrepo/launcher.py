@@ -39,6 +39,12 @@ from tritonrepo import repository_key
 from tritonrepo.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
 
 DEFAULT_MODELS = ("text_embedding", "ctr_ranking", "ctr_session")
+STUB_PYTHON_ENV = "TRITONREPO_STUB_PYTHON"
+# Config sets that put Python-backend steps on the GPU, with the CUDA memory pool they need per
+# GPU: the Python backend moves GPU tensors between its stub processes and the server through
+# this pool, and a 512 x 256 x 384 FP16 batch of token embeddings alone is 100 MB (Triton's
+# default pool is 64 MiB).
+GPU_CONFIG_SETS = {"torch_gpu": 1 << 30}
 
 
 class LaunchError(RuntimeError):
@@ -53,6 +59,9 @@ class ServerOptions:
     ``host`` is the address HTTP, gRPC and metrics bind to: 127.0.0.1 unless exposed on purpose.
     ``repository_key``: when set, the model-repository API (index, load, unload) answers only
     requests carrying it (:mod:`tritonrepo.repository_key`); inference stays open.
+    ``cuda_memory_pool_bytes``: CUDA memory pool per visible GPU, in bytes, through which the
+    Python backend passes GPU tensors between processes (None: Triton's 64 MiB default, or
+    the size in ``GPU_CONFIG_SETS`` when ``model_config_name`` is one of them).
     """
 
     model_repository: Path = MODEL_REPOSITORY
@@ -68,6 +77,7 @@ class ServerOptions:
     startup_timeout_s: float = 180.0
     stop_timeout_s: float = 30.0
     extra_args: Sequence[str] = field(default_factory=tuple)
+    cuda_memory_pool_bytes: int | None = None
 
     @property
     def client_host(self) -> str:
@@ -163,6 +173,25 @@ def assemble_backend_directory(dest: Path = BUILD_DIR / "triton" / "backends") -
     return dest
 
 
+def stub_python() -> Path:
+    """The Python whose packages the Python backend stubs import: ``$TRITONREPO_STUB_PYTHON``
+    or this interpreter. The server starts with its ``bin/`` first on ``PATH``, where the stub's
+    embedded interpreter finds its environment. The 2.51 stub needs numpy < 2 there (with
+    numpy 2 it reads tensors wrong: seen, FP32 [0.5, 1.5, 2.5, 3.5] arrived as four 0.5s), so
+    a host whose own Python needs numpy 2 points this at a venv with numpy 1.26."""
+    return Path(os.environ.get(STUB_PYTHON_ENV) or sys.executable)
+
+
+def visible_gpus() -> list[int]:
+    """Indices of the GPUs this process sees (``CUDA_VISIBLE_DEVICES`` order), [] without any;
+    asks PyTorch, which is installed wherever a GPU config set runs."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    return list(range(torch.cuda.device_count()))
+
+
 def check_port_free(host: str, port: int, what: str) -> None:
     """Raise :class:`LaunchError` if ``host:port`` cannot be bound (``what`` names the endpoint)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -247,6 +276,11 @@ class TritonServer:
             ]
         if o.model_config_name:
             cmd.append(f"--model-config-name={o.model_config_name}")
+        pool = o.cuda_memory_pool_bytes
+        if pool is None:
+            pool = GPU_CONFIG_SETS.get(o.model_config_name or "")
+        if pool:
+            cmd += [f"--cuda-memory-pool-byte-size={gpu}:{pool}" for gpu in visible_gpus()]
         cmd += [f"--load-model={m}" for m in o.models]
         cmd += list(o.extra_args)
         return cmd
@@ -255,7 +289,7 @@ class TritonServer:
         """Environment of the server: library path and this interpreter's ``bin/`` first."""
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = library_path()
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        env["PATH"] = os.pathsep.join([str(stub_python().parent), env.get("PATH", "")])
         env.setdefault("HF_HUB_OFFLINE", "1")
         return env
 

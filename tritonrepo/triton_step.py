@@ -8,6 +8,11 @@ ones together (:meth:`PythonStep.run`) and answers each request on its own: a ba
 
 ``triton_python_backend_utils`` only exists inside the Python backend stub, so it is imported in
 :meth:`PythonStep.initialize`; the rest of this package is importable (and tested) without it.
+
+Tensors are numpy arrays by default. A step that sets ``tensor_library = "torch"`` (the GPU
+steps) gets ``torch`` tensors through DLPack instead, on whatever device Triton placed them
+(with ``FORCE_CPU_ONLY_INPUT_TENSORS`` "no", a GPU tensor from the previous ensemble step stays on
+the GPU), and may return ``torch`` tensors, which leave through DLPack without a host copy.
 """
 
 from __future__ import annotations
@@ -28,8 +33,11 @@ class PythonStep:
 
     Attributes set by :meth:`initialize`: ``model_config`` (dict), ``model_name``,
     ``version_dir`` (Path of the loaded version folder), ``parameters`` (the config's
-    ``parameters`` as ``{key: string_value}``).
+    ``parameters`` as ``{key: string_value}``), ``device`` (``"cuda:N"`` for a ``KIND_GPU``
+    instance on GPU N, else ``"cpu"``).
     """
+
+    tensor_library = "numpy"  # or "torch": inputs and outputs through DLPack (module docstring)
 
     def initialize(self, args: dict[str, str]) -> None:
         """Called once per instance by the Python backend with its ``args`` dict."""
@@ -39,6 +47,8 @@ class PythonStep:
         self.model_config: dict[str, Any] = json.loads(args["model_config"])
         self.model_name = args["model_name"]
         self.version_dir = Path(args["model_repository"]) / args["model_version"]
+        gpu = args.get("model_instance_kind") == "GPU"
+        self.device = f"cuda:{args.get('model_instance_device_id', '0')}" if gpu else "cpu"
         self.parameters = {
             key: value.get("string_value", "")
             for key, value in self.model_config.get("parameters", {}).items()
@@ -92,8 +102,9 @@ class PythonStep:
             raise FileNotFoundError(f"artifact {path} is missing; build it with `make artifacts`")
         return path
 
-    def read_inputs(self, request: Any) -> dict[str, np.ndarray]:
-        """The request's input tensors as numpy arrays, keyed by config input name.
+    def read_inputs(self, request: Any) -> dict[str, Any]:
+        """The request's input tensors as numpy arrays (``torch`` tensors when
+        ``tensor_library`` is ``"torch"``), keyed by config input name.
 
         Raises:
             InvalidRequest: a required input is missing.
@@ -105,8 +116,24 @@ class PythonStep:
                 if spec.get("optional", False):
                     continue
                 raise InvalidRequest(f"input '{spec['name']}' is missing")
-            inputs[spec["name"]] = tensor.as_numpy()
+            if self.tensor_library == "torch":
+                import torch
+
+                inputs[spec["name"]] = torch.from_dlpack(tensor.to_dlpack())
+            else:
+                inputs[spec["name"]] = tensor.as_numpy()
         return inputs
+
+    @staticmethod
+    def host_array(tensor: Any) -> np.ndarray:
+        """A ``pb_utils.Tensor`` as a numpy array in host memory: a BLS response from a model
+        on the GPU (e.g. ``ctr_model`` in the ``torch_gpu`` set) is copied from the device
+        through DLPack (``as_numpy`` refuses GPU tensors)."""
+        if tensor.is_cpu():
+            return tensor.as_numpy()
+        import torch
+
+        return torch.from_dlpack(tensor.to_dlpack()).cpu().numpy()
 
     def error_response(self, message: str, invalid_argument: bool = True) -> Any:
         """An ``InferenceResponse`` carrying ``message`` as its error."""
@@ -143,11 +170,19 @@ class PythonStep:
             return self.error_response(
                 f"{self.model_name}: {result}", invalid_argument=isinstance(result, InvalidRequest)
             )
-        tensors = [
-            self.pb_utils.Tensor(name, np.ascontiguousarray(value, dtype=self.output_dtypes[name]))
-            for name, value in result.items()
-        ]
+        tensors = [self._tensor(name, value) for name, value in result.items()]
         return self.pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def _tensor(self, name: str, value: Any) -> Any:
+        """An output tensor: numpy values are cast to the config's dtype; ``torch`` tensors
+        (already of that dtype) leave through DLPack, on their device."""
+        if isinstance(value, np.ndarray):
+            return self.pb_utils.Tensor(
+                name, np.ascontiguousarray(value, dtype=self.output_dtypes[name])
+            )
+        from torch.utils.dlpack import to_dlpack
+
+        return self.pb_utils.Tensor.from_dlpack(name, to_dlpack(value.contiguous()))
 
     def finalize(self) -> None:
         """Called once when the instance is unloaded."""

@@ -144,5 +144,5 @@ class SessionStep(PythonStep):
             response = request.exec()
             if response.has_error():
                 return RuntimeError(f"{self.core_model}: {response.error().message()}")
-            out.append(pb.get_output_tensor_by_name(response, spec.CORE_OUTPUT).as_numpy())
+            out.append(self.host_array(pb.get_output_tensor_by_name(response, spec.CORE_OUTPUT)))
         return np.concatenate(out).reshape(-1)

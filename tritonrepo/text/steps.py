@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tritonrepo.errors import InvalidRequest
-from tritonrepo.text.pooling import mean_pool_normalize
+from tritonrepo.text.pooling import mean_pool_normalize, mean_pool_normalize_torch
 from tritonrepo.text.tokenization import TextTokenizer, decode_texts
 from tritonrepo.triton_step import Outputs, PythonStep
 
@@ -44,10 +44,18 @@ class TokenizeStep(PythonStep):
 
 
 class PoolStep(PythonStep):
-    """``token_embeddings`` FP32 ``[batch, seq, hidden]`` + ``attention_mask`` INT64
-    ``[batch, seq]`` → ``EMBEDDING`` FP32 ``[batch, hidden]`` (masked mean, L2-normalised)."""
+    """``token_embeddings`` FP32 or FP16 ``[batch, seq, hidden]`` + ``attention_mask`` INT64
+    ``[batch, seq]`` → ``EMBEDDING`` FP32 ``[batch, hidden]`` (masked mean, L2-normalised).
 
-    def prepare(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    A ``KIND_GPU`` instance pools with PyTorch on its GPU, reading the encoder's output there
+    through DLPack (the ``torch_gpu`` config set); a ``KIND_CPU`` instance uses numpy.
+    """
+
+    def setup(self) -> None:
+        if self.device != "cpu":
+            self.tensor_library = "torch"
+
+    def prepare(self, inputs: dict) -> tuple:
         embeddings, mask = inputs["token_embeddings"], inputs["attention_mask"]
         if embeddings.shape[:2] != mask.shape:
             raise InvalidRequest(
@@ -56,5 +64,24 @@ class PoolStep(PythonStep):
             )
         return embeddings, mask
 
-    def run(self, items: list[tuple[np.ndarray, np.ndarray]]) -> list[Outputs | Exception]:
+    def run(self, items: list[tuple]) -> list[Outputs | Exception]:
+        if self.tensor_library == "torch":
+            return pool_together_torch(items)
         return [{"EMBEDDING": mean_pool_normalize(emb, mask)} for emb, mask in items]
+
+
+def pool_together_torch(items: list[tuple]) -> list[Outputs | Exception]:
+    """Pool every request of a batch in one pass on the GPU (a few kernels, not a few per
+    request): zero-pad each ``[b_i, seq_i, hidden]`` / ``[b_i, seq_i]`` pair to the longest
+    ``seq``, pool, and split the FP32 ``[sum b_i, hidden]`` result back per request."""
+    import torch
+
+    longest = max(emb.shape[1] for emb, _ in items)
+    pad = torch.nn.functional.pad
+    embeddings = torch.cat([pad(emb, (0, 0, 0, longest - emb.shape[1])) for emb, _ in items])
+    masks = torch.cat(
+        [pad(mask.to(emb.device), (0, longest - mask.shape[1])) for emb, mask in items]
+    )
+    pooled = mean_pool_normalize_torch(embeddings, masks)
+    sizes = [emb.shape[0] for emb, _ in items]
+    return [{"EMBEDDING": part} for part in torch.split(pooled, sizes)]

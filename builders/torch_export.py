@@ -1,0 +1,331 @@
+"""Build the ``torch_gpu`` config set's programs: ``torch.export`` of each core model.
+
+For a GPU host without NVIDIA's container (so without TensorRT): PyTorch runs the model on the GPU
+through the Python-based backend ``backends/torch_python``. Run it on the host that serves, as
+``make artifacts-gpu`` does: an exported program records the device and PyTorch version it was
+traced with (``tritonrepo.torch_runner.check_program_metadata`` refuses another version).
+
+Writes, per model, ``<model>/1/model.pt2`` and ``<model>/1/torch_metadata.json``:
+
+* ``text_embedding_encoder``: the BERT encoder of all-MiniLM-L6-v2 from the source weights,
+  inputs ``input_ids``/``attention_mask`` INT64 ``[batch, seq]``, output ``token_embeddings``
+  ``[batch, seq, 384]`` in the build precision; batch 1..``max_batch_size`` of
+  ``configs/torch_gpu.pbtxt``, seq 1..256 (``tritonrepo.text.spec.MAX_SEQ_LENGTH``).
+* ``ctr_model``: ``builders.ctr_network.ExportGraph`` of the trained weights (``make
+  artifacts``), ``input_ids`` INT64 ``[batch, 64]`` → ``ctr`` FP32 ``[batch, 1]``.
+
+Accuracy gate, after each export, against the FP32 PyTorch model on the same device and real
+inputs (``GATES``): the text encoder's pooled embeddings on real mixed texts (min cosine); the CTR
+scores on held-out click-log rows (max abs diff and AUC change). A failed gate writes nothing.
+Files are written to a temporary name and renamed, so an interrupted build leaves no
+half-written program.
+
+Precision ``auto`` (the default, what ``make artifacts-gpu`` builds) tries FP16 and falls back to
+FP32 for a model whose FP16 program fails its gate ("FP16 where accuracy holds"); the metadata
+says which, and why.
+
+Usage: ``python -m builders.torch_export [--model NAME ...] [--precision auto|fp16|fp32]
+[--device cuda:0] [--repository DIR]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tritonrepo.ctr import spec as ctr_spec
+from tritonrepo.model_config import config_path, load_config
+from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
+from tritonrepo.text import spec as text_spec
+from tritonrepo.torch_runner import METADATA_FILE
+
+CONFIG_SET = "torch_gpu"
+MODELS = (text_spec.ENCODER_MODEL, ctr_spec.CORE_MODEL)
+CTR_WEIGHTS = BUILD_DIR / "ctr" / "model.pt"
+GATE_TEXTS = 256  # real mixed texts (tritonrepo.text.corpus, eval split)
+GATE_ROWS = 4096  # held-out click-log rows
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Accuracy floor of one precision: min cosine of embeddings, max abs CTR diff and
+    max AUC drop, each against FP32 PyTorch on the same device."""
+
+    min_cosine: float
+    max_ctr_diff: float
+    max_auc_drop: float
+
+
+# FP16 keeps ~3 significant digits: seen on all-MiniLM-L6-v2, min cosine 0.9999+ over real
+# texts; CTR scores are probabilities read to 3 decimals, so 1e-3 is below what matters.
+GATES = {
+    "fp32": Gate(min_cosine=0.99999, max_ctr_diff=1e-5, max_auc_drop=0.0),
+    "fp16": Gate(min_cosine=0.999, max_ctr_diff=2e-3, max_auc_drop=0.002),
+}
+
+
+def max_batch(repository: Path, model: str) -> int:
+    """``max_batch_size`` of ``model``'s ``torch_gpu`` config: the program's largest batch."""
+    return load_config(config_path(repository, model, CONFIG_SET)).max_batch_size
+
+
+def device_facts(device: str) -> dict[str, str]:
+    """PyTorch version, and the GPU's name and compute capability (``"cpu"`` on a CPU)."""
+    import torch
+
+    facts = {"torch_version": torch.__version__, "device": device}
+    if device.startswith("cuda"):
+        major, minor = torch.cuda.get_device_capability(device)
+        facts |= {
+            "device_name": torch.cuda.get_device_name(device),
+            "compute_capability": f"{major}.{minor}",
+            "cuda_version": str(torch.version.cuda),
+        }
+    else:
+        facts |= {"device_name": "cpu", "compute_capability": ""}
+    return facts
+
+
+def export_text_encoder(device: str, precision: str, batch: int, source: Path):
+    """The encoder as an exported program, and the FP32 reference model on ``device``.
+
+    Returns:
+        ``(ExportedProgram, fp32 torch.nn.Module)``; both map ``(input_ids, attention_mask)``
+        INT64 ``[b, s]`` to ``token_embeddings`` ``[b, s, 384]``.
+    """
+    import torch
+    from transformers import AutoModel
+
+    class Encoder(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    dtype = {"fp16": torch.float16, "fp32": torch.float32}[precision]
+    model = Encoder(AutoModel.from_pretrained(source, dtype=dtype)).to(device).eval()
+    reference = Encoder(AutoModel.from_pretrained(source, dtype=torch.float32)).to(device).eval()
+    ids = torch.ones(2, 9, dtype=torch.int64, device=device)
+    mask = torch.ones(2, 9, dtype=torch.int64, device=device)
+    mask[1, 5:] = 0
+    dims = {
+        0: torch.export.Dim("batch", min=1, max=batch),
+        1: torch.export.Dim("seq", min=1, max=text_spec.MAX_SEQ_LENGTH),
+    }
+    with torch.no_grad():
+        program = torch.export.export(
+            model, (ids, mask), dynamic_shapes={"input_ids": dims, "attention_mask": dims}
+        )
+    return program, reference
+
+
+def text_gate(program, reference, device: str, gate: Gate) -> dict[str, float]:
+    """Min cosine of the program's pooled embeddings vs FP32 on real mixed texts.
+
+    Raises:
+        RuntimeError: below ``gate.min_cosine``.
+    """
+    import torch
+
+    from tritonrepo.text.corpus import real_texts
+    from tritonrepo.text.pooling import mean_pool_normalize_torch
+    from tritonrepo.text.tokenization import TextTokenizer
+
+    tokenizer = TextTokenizer(
+        Path(text_spec.source_model_dir()) / "tokenizer.json", text_spec.MAX_SEQ_LENGTH
+    )
+    module, worst = program.module(), 1.0
+    texts = real_texts(GATE_TEXTS)
+    with torch.no_grad():
+        for start in range(0, len(texts), 32):
+            ids, mask = (
+                torch.as_tensor(a, device=device)
+                for a in tokenizer.encode(texts[start : start + 32])
+            )
+            got = mean_pool_normalize_torch(module(ids, mask), mask)
+            want = mean_pool_normalize_torch(reference(ids, mask), mask)
+            worst = min(worst, float((got * want).sum(dim=1).min()))
+    if worst < gate.min_cosine:
+        raise RuntimeError(f"accuracy gate: min cosine {worst:.6f} < {gate.min_cosine}")
+    return {"min_cosine_vs_fp32": round(worst, 6), "texts": len(texts)}
+
+
+def export_ctr_model(device: str, precision: str, batch: int, weights: Path = CTR_WEIGHTS):
+    """``ExportGraph`` of the trained CTR network as an exported program, and the FP32
+    reference on ``device`` (``input_ids`` INT64 ``[b, 64]`` → ``ctr`` FP32 ``[b, 1]``; the
+    FP16 program casts its output back to FP32)."""
+    import torch
+
+    from builders import ctr_network
+
+    class Scorer(torch.nn.Module):
+        def __init__(self, graph: torch.nn.Module) -> None:
+            super().__init__()
+            self.network = graph
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return self.network(input_ids).float()
+
+    dtype = {"fp16": torch.float16, "fp32": torch.float32}[precision]
+    model = Scorer(ctr_network.ExportGraph(ctr_network.load(weights))).to(device, dtype).eval()
+    reference = ctr_network.ExportGraph(ctr_network.load(weights)).to(device).eval()
+    example = torch.ones(2, ctr_spec.SEQ_LENGTH, dtype=torch.int64, device=device)
+    dims = {0: torch.export.Dim("batch", min=1, max=batch)}
+    with torch.no_grad():
+        program = torch.export.export(model, (example,), dynamic_shapes={"input_ids": dims})
+    return program, reference
+
+
+def ctr_gate(program, reference, device: str, gate: Gate) -> dict[str, float]:
+    """Max abs CTR diff and AUC change vs FP32 on held-out click-log rows.
+
+    Raises:
+        RuntimeError: above ``gate.max_ctr_diff`` or an AUC drop above ``gate.max_auc_drop``.
+    """
+    import torch
+
+    from builders.ctr_onnx import HELDOUT_ROWS, auc
+    from tritonrepo.ctr.click_log import HELDOUT_SPLIT, ClickLogGenerator
+
+    heldout = ClickLogGenerator().sample(HELDOUT_ROWS, HELDOUT_SPLIT)
+    rows = torch.as_tensor(heldout.rows[:GATE_ROWS], device=device)
+    module = program.module()
+    with torch.no_grad():
+        got = torch.cat([module(rows[i : i + 512]) for i in range(0, len(rows), 512)])
+        want = torch.cat([reference(rows[i : i + 512]) for i in range(0, len(rows), 512)])
+    got_np, want_np = (t.float().cpu().numpy().reshape(-1) for t in (got, want))
+    clicks = heldout.clicks[:GATE_ROWS]
+    diff = float(np.max(np.abs(got_np - want_np)))
+    auc_change = auc(clicks, got_np) - auc(clicks, want_np)
+    if diff > gate.max_ctr_diff or -auc_change > gate.max_auc_drop:
+        raise RuntimeError(
+            f"accuracy gate: max abs CTR diff {diff:.2e} (limit "
+            f"{gate.max_ctr_diff}), AUC change {auc_change:+.4f}"
+        )
+    return {
+        "max_abs_ctr_diff_vs_fp32": diff,
+        "auc_change_vs_fp32": round(auc_change, 5),
+        "rows": len(rows),
+    }
+
+
+def sha256(path: Path) -> str:
+    """Hex sha256 of a file."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build(model: str, repository: Path, device: str, precision: str) -> dict:
+    """Export ``model``, gate it, and write ``model.pt2`` + ``torch_metadata.json`` in
+    ``<repository>/<model>/1/``.
+
+    Returns:
+        The metadata written.
+
+    Raises:
+        RuntimeError: the accuracy gate failed (nothing is written).
+        FileNotFoundError: the source weights are missing (``make setup``, ``make artifacts``).
+    """
+    import torch
+
+    batch = max_batch(repository, model)
+    gate = GATES[precision]
+    if model == text_spec.ENCODER_MODEL:
+        source = Path(text_spec.source_model_dir())
+        program, reference = export_text_encoder(device, precision, batch, source)
+        accuracy = text_gate(program, reference, device, gate)
+        inputs = {name: ["batch", "seq"] for name in text_spec.ENCODER_INPUTS}
+        source_file = source / "model.safetensors"
+        shapes = {"batch": [1, batch], "seq": [1, text_spec.MAX_SEQ_LENGTH]}
+    elif model == ctr_spec.CORE_MODEL:
+        program, reference = export_ctr_model(device, precision, batch)
+        accuracy = ctr_gate(program, reference, device, gate)
+        inputs = {ctr_spec.CORE_INPUT: ["batch", ctr_spec.SEQ_LENGTH]}
+        source_file = CTR_WEIGHTS
+        shapes = {"batch": [1, batch]}
+    else:
+        raise ValueError(f"no torch export for {model}; known: {MODELS}")
+    out_dir = repository / model / "1"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / "model.pt2"
+    partial = out_dir / "model.partial.pt2"  # torch.export.save wants a .pt2 name
+    torch.export.save(program, str(partial))
+    metadata = {
+        "model": model,
+        "format": "torch.export",
+        "precision": precision,
+        "max_batch": batch,
+        "shapes": shapes,
+        "inputs": inputs,
+        "accuracy": accuracy,
+        "gate": vars(gate),
+        "source_sha256": sha256(source_file),
+        "program_sha256": sha256(partial),
+        "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    } | device_facts(device)
+    os.replace(partial, target)
+    (out_dir / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+    return metadata
+
+
+def build_auto(model: str, repository: Path, device: str) -> dict:
+    """:func:`build` in FP16, or in FP32 when the FP16 program fails its accuracy gate.
+
+    Raises:
+        RuntimeError: the FP32 program fails its gate too.
+    """
+    try:
+        return build(model, repository, device, "fp16")
+    except RuntimeError as exc:
+        rejected = str(exc)
+    print(f"{model}: FP16 failed its {rejected}; building FP32", flush=True)
+    metadata = build(model, repository, device, "fp32")
+    metadata["fp16_rejected"] = rejected
+    (repository / model / "1" / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+    return metadata
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append", choices=MODELS, help="default: all")
+    parser.add_argument("--precision", choices=["auto", *sorted(GATES)], default="auto")
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--repository", type=Path, default=MODEL_REPOSITORY)
+    args = parser.parse_args(argv)
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(
+            f"error: no CUDA device visible to PyTorch {torch.__version__}: run this on the "
+            "GPU host that serves (make artifacts-gpu)",
+            file=sys.stderr,
+        )
+        return 2
+    for model in args.model or MODELS:
+        try:
+            if args.precision == "auto":
+                metadata = build_auto(model, args.repository, args.device)
+            else:
+                metadata = build(model, args.repository, args.device, args.precision)
+        except (RuntimeError, FileNotFoundError) as exc:
+            print(f"error: {model}: {exc}", file=sys.stderr)
+            return 1
+        print(
+            f"{model}: {metadata['precision']} on {metadata['device_name']}, "
+            f"accuracy {metadata['accuracy']}",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -68,7 +68,7 @@ $(CTR_ARTIFACTS) &: $(STAMP) builders/ctr_onnx.py builders/ctr_network.py triton
 	$(PY) -m builders.ctr_onnx
 
 serve: artifacts
-	$(PY) -m tritonrepo.launcher $(SERVE_ARGS)
+	$(PY) -m tritonrepo.serve $(SERVE_ARGS)
 
 test: artifacts perf-deps
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -77,8 +77,8 @@ def test_missing_artifact_names_the_model_and_the_fix(tmp_path):
         server.start()
     message = str(info.value)
     assert "\n" not in message
-    assert f"model '{spec.ENCODER_MODEL}' failed to load" in message
-    assert "model.onnx is missing; build it with `make artifacts`" in message
+    assert f"preflight: model '{spec.ENCODER_MODEL}'" in message
+    assert "1/model.onnx is missing; build it with `make artifacts`" in message
     assert server.process is None  # stopped after the failure
 
 
@@ -86,7 +86,9 @@ def test_broken_config_names_the_model(tmp_path):
     repo = copy_repository(tmp_path)
     config = repo / spec.POOL_MODEL / "config.pbtxt"
     config.write_text(config.read_text().replace('backend: "python"', 'backend: "no_such"'))
-    with pytest.raises(LaunchError, match=f"model '{spec.POOL_MODEL}' failed to load.*no_such"):
+    with pytest.raises(
+        LaunchError, match=f"model '{spec.POOL_MODEL}'.*backend 'no_such' is unknown"
+    ):
         TritonServer(server_options(model_repository=repo)).start()
 
 

@@ -14,7 +14,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import client_cli
-from tritonrepo import launcher, repository_key
+from tritonrepo import repository_key, serve
 from tritonrepo.text import spec
 from tritonrepo_client import ClientError, EmbeddingClient, RepositoryClient
 
@@ -121,11 +121,11 @@ def test_launcher_creates_a_private_key_when_none_is_given(tmp_path, monkeypatch
     monkeypatch.delenv(repository_key.ENV_KEY, raising=False)
     monkeypatch.delenv(repository_key.ENV_KEY_FILE, raising=False)
     args = argparse.Namespace(no_repository_key=False, repository_key_file=None)
-    key, note = launcher.launcher_key(args)
+    key, note = serve.launcher_key(args)
     assert key and len(key) >= 32 and str(key_file) in note
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
-    assert launcher.launcher_key(args)[0] == key  # reused, not regenerated
+    assert serve.launcher_key(args)[0] == key  # reused, not regenerated
     monkeypatch.setenv(repository_key.ENV_KEY, "from-env")
-    assert launcher.launcher_key(args)[0] == "from-env"
+    assert serve.launcher_key(args)[0] == "from-env"
     args.no_repository_key = True
-    assert launcher.launcher_key(args)[0] is None
+    assert serve.launcher_key(args)[0] is None

@@ -20,35 +20,35 @@ benchmarks all go through :class:`TritonServer`. It
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tritonrepo import repository_key
-from tritonrepo.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
+from tritonrepo import preflight, repository_key
+from tritonrepo.embedded_server import (
+    LaunchError,
+    assemble_backend_directory,
+    library_path,
+    stub_python,
+    tritonserver_binary,
+    visible_gpus,
+)
+from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 
 DEFAULT_MODELS = ("text_embedding", "ctr_ranking", "ctr_session")
-STUB_PYTHON_ENV = "TRITONREPO_STUB_PYTHON"
 # Config sets that put Python-backend steps on the GPU, with the CUDA memory pool they need per
 # GPU: the Python backend moves GPU tensors between its stub processes and the server through
 # this pool, and a 512 x 256 x 384 FP16 batch of token embeddings alone is 100 MB (Triton's
 # default pool is 64 MiB).
 GPU_CONFIG_SETS = {"torch_gpu": 1 << 30}
-
-
-class LaunchError(RuntimeError):
-    """The server could not be started or a model could not be loaded; the message is one line."""
 
 
 @dataclass
@@ -102,94 +102,6 @@ class ServerOptions:
     def grpc_url(self) -> str:
         """``host:port`` of the gRPC endpoint, as tritonclient takes it."""
         return f"{self.client_host}:{self.grpc_port}"
-
-
-def _pytriton_root() -> Path:
-    try:
-        import pytriton
-    except ImportError as exc:
-        raise LaunchError(
-            "nvidia-pytriton is not installed in this environment; run `make setup`"
-        ) from exc
-    return Path(pytriton.__file__).resolve().parent
-
-
-def tritonserver_binary() -> Path:
-    """Path of the bundled ``tritonserver`` binary.
-
-    Raises:
-        LaunchError: nvidia-pytriton is missing or ships no binary.
-    """
-    binary = _pytriton_root() / "tritonserver" / "bin" / "tritonserver"
-    if not binary.is_file():
-        raise LaunchError(f"tritonserver binary not found at {binary}; reinstall nvidia-pytriton")
-    return binary
-
-
-def library_path() -> str:
-    """``LD_LIBRARY_PATH`` for the server and the Python backend stub."""
-    libs = _pytriton_root().parent / "nvidia_pytriton.libs"
-    parts = [str(libs), sysconfig.get_config_var("LIBDIR") or ""]
-    parts += [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
-    return os.pathsep.join(p for p in parts if p)
-
-
-def _copy(source: Path, dest: Path) -> None:
-    """Copy unless ``dest`` already matches (copies, not symlinks: Triton rejects a backend
-    library whose real path escapes the backend directory)."""
-    if dest.is_file() and not dest.is_symlink() and dest.read_bytes() == source.read_bytes():
-        return
-    if dest.is_symlink() or dest.exists():
-        dest.unlink()
-    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
-    shutil.copy2(source, tmp)
-    os.replace(tmp, dest)
-
-
-def assemble_backend_directory(dest: Path = BUILD_DIR / "triton" / "backends") -> Path:
-    """Lay out ``--backend-directory``: ``python/`` plus one folder per Python-based backend.
-
-    ``python/`` holds ``libtriton_python.so``, ``triton_python_backend_utils.py`` and the stub built
-    for the running Python (``sys.version_info``); each ``backends/<name>/model.py`` of this
-    repository becomes ``<dest>/<name>/model.py`` (Triton's "Python-based backends", ≥ 2.39).
-
-    Raises:
-        LaunchError: the wheel has no stub for this Python version.
-    """
-    root = _pytriton_root() / "tritonserver"
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
-    if not stub.is_file():
-        raise LaunchError(f"nvidia-pytriton has no Python backend stub for Python {version}")
-    python_dir = dest / "python"
-    python_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
-        _copy(root / "backends" / "python" / name, python_dir / name)
-    _copy(stub, python_dir / "triton_python_backend_stub")
-    for model_py in sorted(BACKENDS_SOURCE.glob("*/model.py")):
-        backend_dir = dest / model_py.parent.name
-        backend_dir.mkdir(parents=True, exist_ok=True)
-        _copy(model_py, backend_dir / "model.py")
-    return dest
-
-
-def stub_python() -> Path:
-    """The Python whose packages the Python backend stubs import: ``$TRITONREPO_STUB_PYTHON``
-    or this interpreter. The server starts with its ``bin/`` first on ``PATH``, where the stub's
-    embedded interpreter finds its environment. The 2.51 stub needs numpy < 2 there (with
-    numpy 2 it reads tensors wrong: seen, FP32 [0.5, 1.5, 2.5, 3.5] arrived as four 0.5s), so
-    a host whose own Python needs numpy 2 points this at a venv with numpy 1.26."""
-    return Path(os.environ.get(STUB_PYTHON_ENV) or sys.executable)
-
-
-def visible_gpus() -> list[int]:
-    """Indices of the GPUs this process sees (``CUDA_VISIBLE_DEVICES`` order), [] without any;
-    asks PyTorch, which is installed wherever a GPU config set runs."""
-    try:
-        import torch
-    except ImportError:
-        return []
-    return list(range(torch.cuda.device_count()))
 
 
 def check_port_free(host: str, port: int, what: str) -> None:
@@ -301,6 +213,16 @@ class TritonServer:
         for name in o.models:
             if not (repo / name).is_dir():
                 raise LaunchError(f"model '{name}' is not in the model repository {repo}")
+        errors = [
+            f for f in preflight.run(repo, o.models, o.model_config_name) if f.level == "error"
+        ]
+        if errors:
+            more = (
+                f" (and {len(errors) - 1} more: python -m tritonrepo.preflight)"
+                if errors[1:]
+                else ""
+            )
+            raise LaunchError(f"preflight: model '{errors[0].model}': {errors[0].message}{more}")
         ports = (("HTTP", o.http_port), ("gRPC", o.grpc_port), ("metrics", o.metrics_port))
         for what, port in ports:
             check_port_free(o.host, port, what)
@@ -445,131 +367,12 @@ class TritonServer:
         self.stop()
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Command-line options of ``python -m tritonrepo.launcher``."""
-    p = argparse.ArgumentParser(
-        prog="tritonrepo-serve",
-        description="Run the embedded tritonserver on this model repository until interrupted.",
-    )
-    p.add_argument("--model-repository", type=Path, default=MODEL_REPOSITORY)
-    p.add_argument(
-        "--model",
-        dest="models",
-        action="append",
-        help=f"model to load at start (repeatable; default: {', '.join(DEFAULT_MODELS)})",
-    )
-    p.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to bind HTTP, gRPC and metrics to (default 127.0.0.1)",
-    )
-    p.add_argument(
-        "--expose", action="store_true", help="bind to 0.0.0.0 (all interfaces) instead of --host"
-    )
-    p.add_argument("--http-port", type=int, default=8000)
-    p.add_argument("--grpc-port", type=int, default=8001)
-    p.add_argument("--metrics-port", type=int, default=8002)
-    p.add_argument(
-        "--model-config-name",
-        default="cpu",
-        help="configs/<name>.pbtxt to use for every model ('' = config.pbtxt)",
-    )
-    p.add_argument("--log-file", type=Path, default=BUILD_DIR / "tritonserver.log")
-    p.add_argument("--log-verbose", type=int, default=0)
-    p.add_argument("--startup-timeout", type=float, default=180.0, help="seconds")
-    keys = p.add_mutually_exclusive_group()
-    keys.add_argument(
-        "--repository-key-file",
-        type=Path,
-        help="file holding the key that guards load/unload/index (default: "
-        f"${repository_key.ENV_KEY}, ${repository_key.ENV_KEY_FILE}, or a new random key "
-        f"in {repository_key.DEFAULT_KEY_FILE.relative_to(REPO_ROOT)})",
-    )
-    keys.add_argument(
-        "--no-repository-key",
-        action="store_true",
-        help="leave the model-repository API open to anyone who reaches the ports (unsafe)",
-    )
-    return p.parse_args(argv)
-
-
-def launcher_key(args: argparse.Namespace) -> tuple[str | None, str]:
-    """The repository key for ``main`` and a sentence saying where it came from.
-
-    Raises:
-        repository_key.RepositoryKeyError: a named key file cannot be read.
-    """
-    if args.no_repository_key:
-        return None, "model-repository API (load/unload/index) is OPEN: no key"
-    found = repository_key.find_key(args.repository_key_file)
-    if found:
-        return found[0], f"model-repository API key from {found[1]}"
-    key = repository_key.create_key_file()
-    return key, f"model-repository API key written to {repository_key.DEFAULT_KEY_FILE}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Serve until SIGINT/SIGTERM; exit 1 with a one-line reason if the server cannot start."""
-    args = parse_args(argv)
-    try:
-        key, key_note = launcher_key(args)
-    except repository_key.RepositoryKeyError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    options = ServerOptions(
-        model_repository=args.model_repository,
-        models=tuple(args.models or DEFAULT_MODELS),
-        host="0.0.0.0" if args.expose else args.host,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
-        model_config_name=args.model_config_name or None,
-        log_file=args.log_file,
-        log_verbose=args.log_verbose,
-        startup_timeout_s=args.startup_timeout,
-        repository_key=key,
-    )
-    server = TritonServer(options)
-    print(
-        f"starting tritonserver (models: {', '.join(options.models)}; log: {options.log_file})",
-        flush=True,
-    )
-    try:
-        server.start()
-    except LaunchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        server.stop()
-        return 130
-    print(key_note, flush=True)
-    print(
-        f"ready: HTTP {options.http_url}  gRPC {options.grpc_url}  "
-        f"metrics http://{options.client_host}:{options.metrics_port}/metrics  (Ctrl-C to stop)",
-        flush=True,
-    )
-    stopping = False
+    """``tritonrepo-serve``; see :mod:`tritonrepo.serve` (kept here for ``python -m
+    tritonrepo.launcher``)."""
+    from tritonrepo.serve import main as serve_main
 
-    def _stop(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    try:
-        while not stopping and server.process is not None and server.process.poll() is None:
-            time.sleep(0.5)
-    finally:
-        crashed = server.process is not None and server.process.poll() is not None
-        code = server.stop()
-    if crashed:
-        print(
-            f"error: tritonserver exited unexpectedly with code {code}; see {options.log_file}",
-            file=sys.stderr,
-        )
-        return 1
-    print("tritonserver stopped", flush=True)
-    return 0
+    return serve_main(argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,153 @@
+"""The repository preflight (``python -m tritonrepo.preflight``) on real configs and artifacts.
+
+Each test breaks a copy of the built repository the way a deployment goes wrong and checks the
+preflight names the model, the problem and the fix, before any server starts.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_artifacts, server_options
+from tritonrepo import artifact_checks, preflight
+from tritonrepo.launcher import LaunchError, TritonServer
+from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo.text import spec
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A copy of the built repository; ONNX files are symlinks (read-only use)."""
+    require_artifacts()
+    dest = tmp_path / "model_repository"
+    shutil.copytree(MODEL_REPOSITORY, dest, ignore=shutil.ignore_patterns("__pycache__", "*.onnx"))
+    for onnx_file in MODEL_REPOSITORY.glob("*/[0-9]*/*.onnx"):
+        (dest / onnx_file.relative_to(MODEL_REPOSITORY)).symlink_to(onnx_file)
+    return dest
+
+
+def errors(findings: list[preflight.Finding]) -> list[str]:
+    return [f"{f.model}: {f.message}" for f in findings if f.level == "error"]
+
+
+def test_built_repository_passes_for_the_cpu_set():
+    require_artifacts()
+    findings = preflight.run(
+        MODEL_REPOSITORY, ("text_embedding", "ctr_ranking", "ctr_session"), "cpu"
+    )
+    assert errors(findings) == []
+    checked = {f.model for f in findings}
+    # dependencies are followed: ensemble steps and ctr_session's BLS target
+    assert {spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.POOL_MODEL, "ctr_model"} <= checked
+
+
+def test_cli_reports_missing_plans_for_the_gpu_set_and_exits_1(repo):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tritonrepo.preflight",
+            "--repository",
+            str(repo),
+            "--model-config-name",
+            "",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 1
+    assert (
+        f"error   {spec.ENCODER_MODEL}: 1/model.plan is missing; build it with `make build-plans`"
+        in out.stdout
+    )
+    assert "preflight: 3 errors" in out.stdout  # encoder, ctr_model, ctr_session plans
+
+
+def test_plan_for_another_gpu_or_too_small_a_profile_is_refused(repo, monkeypatch):
+    folder = repo / spec.ENCODER_MODEL / "1"
+    (folder / "model.plan").write_bytes(b"not a real plan")
+    profile = {"min": [1, 1], "opt": [16, 128], "max": [32, 256]}  # config says 64
+    metadata = {
+        "tensorrt_version": "10.5.0",
+        "gpu_name": "NVIDIA A100-SXM4-80GB",
+        "compute_capability": "8.0",
+        "precision": "fp16",
+        "profiles": [{"input_ids": profile, "attention_mask": profile}],
+        "onnx_sha256": "0" * 64,
+        "built_at": "2026-11-30T00:00:00+00:00",
+    }
+    (folder / "plan_metadata.json").write_text(json.dumps(metadata))
+    monkeypatch.setattr(artifact_checks, "gpu_facts", lambda: ("NVIDIA H200", "9.0"))
+    monkeypatch.setattr(artifact_checks, "module_version", lambda name: "10.5.0")
+    found = errors(preflight.check_model(repo, spec.ENCODER_MODEL, None))
+    assert any(
+        "built for NVIDIA A100-SXM4-80GB (compute capability 8.0); this GPU is "
+        "NVIDIA H200 (9.0): rebuild it here with `make build-plans`" in e
+        for e in found
+    )
+    assert any("ends at batch 32 < max_batch_size 64" in e for e in found)
+    # Without a GPU or TensorRT, those comparisons are skipped and said so.
+    monkeypatch.setattr(artifact_checks, "gpu_facts", lambda: None)
+    monkeypatch.setattr(artifact_checks, "module_version", lambda name: None)
+    findings = preflight.check_model(repo, spec.ENCODER_MODEL, None)
+    skipped = [f.message for f in findings if f.level == "skipped"]
+    assert any("no GPU visible" in m for m in skipped)
+    assert any("TensorRT's Python module is not installed" in m for m in skipped)
+
+
+def test_python_model_without_model_py_is_refused(repo):
+    (repo / spec.POOL_MODEL / "1" / "model.py").unlink()
+    assert errors(preflight.check_model(repo, spec.POOL_MODEL, "cpu")) == [
+        f"{spec.POOL_MODEL}: 1/model.py is missing"
+    ]
+
+
+def test_config_that_disagrees_with_the_onnx_graph_is_refused(repo):
+    cpu = repo / spec.ENCODER_MODEL / "configs" / "cpu.pbtxt"
+    text = cpu.read_text().replace("dims: [ -1, 384 ]", "dims: [ -1, 768 ]")
+    text = text.replace(
+        'name: "attention_mask" data_type: TYPE_INT64',
+        'name: "attention_mask" data_type: TYPE_INT32',
+    )
+    cpu.write_text(text)
+    found = errors(preflight.check_model(repo, spec.ENCODER_MODEL, "cpu"))
+    assert any(
+        "'token_embeddings' has dims [-1, 768] in the config but [-1, 384]" in e for e in found
+    )
+    assert any(
+        "'attention_mask' is TYPE_INT32 in the config but element type 7" in e for e in found
+    )
+
+
+def test_torch_program_from_another_pytorch_is_refused(repo):
+    folder = repo / "ctr_model" / "1"
+    (folder / "model.pt2").write_bytes(b"x")
+    (folder / "torch_metadata.json").write_text(
+        json.dumps({"torch_version": "0.0.1", "max_batch": 512})
+    )
+    found = errors(preflight.check_model(repo, "ctr_model", "torch_gpu"))
+    assert any("exported with PyTorch 0.0.1" in e and "make artifacts-gpu" in e for e in found)
+
+
+def test_too_little_shared_memory_is_refused(tmp_path):
+    assert preflight.check_shm(3).level == "ok"
+    finding = preflight.check_shm(10**6)  # a million Python instances: 32 TiB
+    assert finding.level == "error" and "--shm-size=1g" in finding.message
+    assert preflight.check_shm(1, tmp_path / "absent").level == "skipped"
+
+
+def test_launcher_runs_preflight_before_starting(repo):
+    (repo / "ctr_model" / "1" / "model.onnx").unlink()
+    server = TritonServer(server_options(model_repository=repo))
+    with pytest.raises(
+        LaunchError, match=r"preflight: model 'ctr_model': 1/model\.onnx is missing"
+    ):
+        server.start()
+    assert server.process is None

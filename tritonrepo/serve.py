@@ -1,0 +1,149 @@
+"""``tritonrepo-serve`` (``make serve``): run the embedded server until interrupted.
+
+Options, the repository key (:mod:`tritonrepo.repository_key`) and the lifecycle of one
+:class:`tritonrepo.launcher.TritonServer`; every failure is one line on stderr and exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from tritonrepo import repository_key
+from tritonrepo.launcher import DEFAULT_MODELS, LaunchError, ServerOptions, TritonServer
+from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line options of ``python -m tritonrepo.launcher``."""
+    p = argparse.ArgumentParser(
+        prog="tritonrepo-serve",
+        description="Run the embedded tritonserver on this model repository until interrupted.",
+    )
+    p.add_argument("--model-repository", type=Path, default=MODEL_REPOSITORY)
+    p.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        help=f"model to load at start (repeatable; default: {', '.join(DEFAULT_MODELS)})",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind HTTP, gRPC and metrics to (default 127.0.0.1)",
+    )
+    p.add_argument(
+        "--expose", action="store_true", help="bind to 0.0.0.0 (all interfaces) instead of --host"
+    )
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument(
+        "--model-config-name",
+        default="cpu",
+        help="configs/<name>.pbtxt to use for every model ('' = config.pbtxt)",
+    )
+    p.add_argument("--log-file", type=Path, default=BUILD_DIR / "tritonserver.log")
+    p.add_argument("--log-verbose", type=int, default=0)
+    p.add_argument("--startup-timeout", type=float, default=180.0, help="seconds")
+    keys = p.add_mutually_exclusive_group()
+    keys.add_argument(
+        "--repository-key-file",
+        type=Path,
+        help="file holding the key that guards load/unload/index (default: "
+        f"${repository_key.ENV_KEY}, ${repository_key.ENV_KEY_FILE}, or a new random key "
+        f"in {repository_key.DEFAULT_KEY_FILE.relative_to(REPO_ROOT)})",
+    )
+    keys.add_argument(
+        "--no-repository-key",
+        action="store_true",
+        help="leave the model-repository API open to anyone who reaches the ports (unsafe)",
+    )
+    return p.parse_args(argv)
+
+
+def launcher_key(args: argparse.Namespace) -> tuple[str | None, str]:
+    """The repository key for ``main`` and a sentence saying where it came from.
+
+    Raises:
+        repository_key.RepositoryKeyError: a named key file cannot be read.
+    """
+    if args.no_repository_key:
+        return None, "model-repository API (load/unload/index) is OPEN: no key"
+    found = repository_key.find_key(args.repository_key_file)
+    if found:
+        return found[0], f"model-repository API key from {found[1]}"
+    key = repository_key.create_key_file()
+    return key, f"model-repository API key written to {repository_key.DEFAULT_KEY_FILE}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve until SIGINT/SIGTERM; exit 1 with a one-line reason if the server cannot start."""
+    args = parse_args(argv)
+    try:
+        key, key_note = launcher_key(args)
+    except repository_key.RepositoryKeyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    options = ServerOptions(
+        model_repository=args.model_repository,
+        models=tuple(args.models or DEFAULT_MODELS),
+        host="0.0.0.0" if args.expose else args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        model_config_name=args.model_config_name or None,
+        log_file=args.log_file,
+        log_verbose=args.log_verbose,
+        startup_timeout_s=args.startup_timeout,
+        repository_key=key,
+    )
+    server = TritonServer(options)
+    print(
+        f"starting tritonserver (models: {', '.join(options.models)}; log: {options.log_file})",
+        flush=True,
+    )
+    try:
+        server.start()
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        server.stop()
+        return 130
+    print(key_note, flush=True)
+    print(
+        f"ready: HTTP {options.http_url}  gRPC {options.grpc_url}  "
+        f"metrics http://{options.client_host}:{options.metrics_port}/metrics  (Ctrl-C to stop)",
+        flush=True,
+    )
+    stopping = False
+
+    def _stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        while not stopping and server.process is not None and server.process.poll() is None:
+            time.sleep(0.5)
+    finally:
+        crashed = server.process is not None and server.process.poll() is not None
+        code = server.stop()
+    if crashed:
+        print(
+            f"error: tritonserver exited unexpectedly with code {code}; see {options.log_file}",
+            file=sys.stderr,
+        )
+        return 1
+    print("tritonserver stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -110,8 +110,9 @@ def test_a_higher_p99_fails_the_naive_target():
 
 def test_report_has_tables_and_plots(tmp_path):
     run = synthetic_run()
-    run.machine = dict.fromkeys(["cpu", "cores", "memory", "cpu_flags", "os", "python",
-                                 "tritonserver", "tritonclient"], "x")  # fmt: skip
+    run.machine = dict.fromkeys(
+        ["cpu", "cores", "memory", "cpu_flags", "os", "python", "tritonserver", "tritonclient"], "x"
+    )
     run.settings |= {"window": "w", "loadgen_s": 1}
     path = report.write(run, targets.evaluate(run), tmp_path)
     text = path.read_text()
@@ -122,19 +123,64 @@ def test_report_has_tables_and_plots(tmp_path):
             assert (tmp_path / f"{name}_{kind}.png").read_bytes()[:8] == PNG_MAGIC
 
 
+def test_gpu_report_compares_each_request_size_with_the_best_st_batch(tmp_path):
+    from benchmarks import gpu
+
+    run = Run("now", False, {}, {"single": [1, 8, 16], "bulk": [1, 8, 16], "window": "w"}, {})
+    run.machine = {
+        "gpu": "g",
+        "cpu": "c",
+        "cores": "16",
+        "memory": "m",
+        "torch": "t",
+        "sentence-transformers": "s",
+        "numpy": "n",
+        "python": "p",
+        "tritonserver": "ts",
+        "tritonclient": "tc",
+    }
+    run.systems = [
+        _system("st_fp16_b32", IN_PROCESS, [400.0]),
+        _system("st_fp16_b128", IN_PROCESS, [1000.0]),
+        _system("triton_gpu_single", "perf_analyzer", [100.0, 300.0, 500.0]),
+        _system("triton_gpu_bulk", "perf_analyzer", [800.0, 2000.0, 2500.0]),
+    ]
+    lines = gpu.summary(run)
+    assert "- triton_gpu_single: 500 texts/s at c=16: **0.50×** (missed by 50 %)." in lines
+    assert "- triton_gpu_bulk: 2500 texts/s at c=16: **2.50×** (met)." in lines
+    text = gpu.write_report(run, tmp_path).read_text()
+    assert "st_fp16_b128 (1000 texts/s" in text and "| triton_gpu_bulk | perf_analyzer |" in text
+    assert (tmp_path / "text_embedding_throughput.png").read_bytes()[:8] == PNG_MAGIC
+    run.systems = run.systems[:2]  # nothing served: no verdict, no crash
+    assert "Not evaluated" in " ".join(gpu.summary(run))
+
+
 @pytest.mark.server
 def test_quick_run_measures_every_system(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick", "--output", str(tmp_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     run = json.loads((tmp_path / "results.json").read_text())
     systems = {(s["workload"], s["key"]): s for s in run["systems"]}
     text = {k for w, k in systems if w == "text_embedding"}
-    assert {"st_b32", "st_b1", "naive", "naive_1thread", "triton_fp32", "triton_fp32_python_load",
-            "triton_fp32_no_batching", "encoder_direct", "triton_v2", "triton_v3",
-            "triton_v4"} <= text  # fmt: skip
+    assert {
+        "st_b32",
+        "st_b1",
+        "naive",
+        "naive_1thread",
+        "triton_fp32",
+        "triton_fp32_python_load",
+        "triton_fp32_no_batching",
+        "encoder_direct",
+        "triton_v2",
+        "triton_v3",
+        "triton_v4",
+    } <= text
     for workload in ("ctr_ranking", "ctr_session"):
         keys = {k for w, k in systems if w == workload}
         assert {"torch_1", "naive", "triton_v1", "triton_v2", "triton_v1_no_batching"} <= keys

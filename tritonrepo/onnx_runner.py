@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from tritonrepo.errors import InvalidRequest
+from tritonrepo.errors import InvalidRequest, check_each
 
 Feed = dict[str, np.ndarray]
 
@@ -120,14 +120,7 @@ class OnnxRunner:
             group raised (InvalidRequest for a missing input or, when packing, inputs whose
             ``[batch, seq]`` disagree).
         """
-        results: list[Feed | Exception | None] = [None] * len(requests)
-        valid: list[int] = []
-        for i, inputs in enumerate(requests):
-            try:
-                self._check(inputs)
-                valid.append(i)
-            except InvalidRequest as exc:
-                results[i] = exc
+        results, valid = check_each(requests, self._check)
         if self.sequence_mask is None:
             groups: dict[tuple, list[int]] = {}
             for i in valid:

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from tritonrepo.errors import InvalidRequest
+from tritonrepo.errors import InvalidRequest, check_each
 
 Feed = dict[str, torch.Tensor]
 
@@ -108,14 +108,7 @@ class TorchRunner:
             request's own sequence length), or the exception its forward pass raised
             (InvalidRequest for missing inputs or inputs whose shapes disagree).
         """
-        results: list[Feed | Exception | None] = [None] * len(requests)
-        valid = []
-        for i, inputs in enumerate(requests):
-            try:
-                self._check(inputs)
-                valid.append(i)
-            except InvalidRequest as exc:
-                results[i] = exc
+        results, valid = check_each(requests, self._check)
         if not valid:
             return results  # type: ignore[return-value]
         feed = {

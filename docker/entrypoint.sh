@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Start tritonserver on the baked-in model repository.
-#   GPU (default): builds model.plan on first start if missing, serves config.pbtxt (TensorRT).
+# Start tritonserver on the model repository: the image's copy, or the host's mounted over it
+# (docker/compose.yaml); $TRITONREPO_MODEL_REPOSITORY names another folder.
+#   GPU (default): serves config.pbtxt (TensorRT). A missing model.plan is built at start when
+#   TensorRT's Python bindings are importable (python -m builders.tensorrt_plans); otherwise
+#   build the plans on this GPU with `make build-plans` (docker/README.md).
 #   TRITONREPO_CONFIG=cpu: serves configs/cpu.pbtxt (ONNX Runtime on CPU), no GPU needed.
 # The model-repository API (load/unload/index) is restricted with a key taken from
 # $TRITONREPO_REPOSITORY_KEY or the file $TRITONREPO_REPOSITORY_KEY_FILE (e.g. a Docker/K8s
 # secret); without either, a random key is written to /tmp/repository.key (mode 0600).
 # Extra arguments are passed to tritonserver.
 set -euo pipefail
-repo=/opt/tritonrepo/model_repository
+repo="${TRITONREPO_MODEL_REPOSITORY:-/opt/tritonrepo/model_repository}"
+# The launcher's models (tritonrepo/launcher.py DEFAULT_MODELS): the ones the health check
+# (`tritonrepo-client health`) probes by default.
+models=(text_embedding ctr_ranking ctr_session)
 header=x-model-repository-key
 if [[ -n "${TRITONREPO_REPOSITORY_KEY:-}" ]]; then
   key="$TRITONREPO_REPOSITORY_KEY"
@@ -21,21 +27,39 @@ else
 fi
 [[ -n "$key" ]] || { echo "error: the repository key is empty" >&2; exit 1; }
 args=(
-  --model-repository="$repo" --model-control-mode=explicit --load-model=text_embedding
+  --model-repository="$repo" --model-control-mode=explicit "${models[@]/#/--load-model=}"
   --http-restricted-api="model-repository:$header=$key"
   --grpc-restricted-protocol="model-repository:$header=$key"
 )
 if [[ "${TRITONREPO_CONFIG:-gpu}" == "cpu" ]]; then
   args+=(--model-config-name=cpu)
-elif [[ ! -f "$repo/text_embedding_encoder/1/model.plan" ]]; then
-  if python -c "import tensorrt" 2>/dev/null; then
-    python -m builders.text_embedding_tensorrt --repository "$repo" \
-      --precision "${TRITONREPO_PRECISION:-fp16}"
-  else
-    echo "error: no model.plan and no TensorRT Python bindings in this image: build the plan" \
-         "in nvcr.io/nvidia/tensorrt:24.10-py3 on this GPU (docker/README.md) and mount it," \
-         "or start with TRITONREPO_CONFIG=cpu" >&2
-    exit 1
+else
+  missing=()  # TensorRT models (platform tensorrt_plan) without 1/model.plan
+  for config in "$repo"/*/config.pbtxt; do
+    model="$(dirname "$config")"
+    if grep -q '^platform: *"tensorrt_plan"' "$config" && [[ ! -f "$model/1/model.plan" ]]; then
+      missing+=("$(basename "$model")")
+    fi
+  done
+  if (( ${#missing[@]} )); then
+    # A read-only repository (docker/compose.yaml mounts the host's so) is never written to.
+    if [[ -w "$repo" ]] && python -c "import tensorrt" 2>/dev/null; then
+      echo "building the TensorRT plans on this GPU (missing: ${missing[*]})" >&2
+      python -m builders.tensorrt_plans --repository "$repo" \
+        ${TRITONREPO_PRECISION:+--precision "$TRITONREPO_PRECISION"}
+    else
+      echo "error: no model.plan for ${missing[*]} (no TensorRT in this image to build it, or" \
+           "a read-only repository): build the plans on this GPU with 'make build-plans'" \
+           "(docker/README.md) and mount the repository, or start with TRITONREPO_CONFIG=cpu" >&2
+      exit 1
+    fi
   fi
 fi
+# Check the repository for this config set before starting: artifacts, each plan against this
+# GPU and TensorRT, configs against the ONNX graphs, /dev/shm (tritonrepo/preflight.py).
+config_name=""
+[[ "${TRITONREPO_CONFIG:-gpu}" == "cpu" ]] && config_name=cpu
+python -m tritonrepo.preflight --repository "$repo" --model-config-name "$config_name" \
+  "${models[@]/#/--model=}" \
+  || { echo "error: the preflight above failed; tritonserver was not started" >&2; exit 1; }
 exec tritonserver "${args[@]}" "$@"

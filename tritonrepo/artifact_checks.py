@@ -278,8 +278,16 @@ def _check_program(cfg: ModelConfig, folder: Path) -> list[Finding]:
 def _check_onnx_interface(cfg: ModelConfig, onnx_file: Path, compare_types: bool) -> list[Finding]:
     """Config inputs/outputs vs the ONNX graph: names, element types and dims (the config's
     dims exclude the batch dimension when ``max_batch_size`` > 0)."""
-    import onnx
-
+    try:
+        import onnx
+    except ImportError:
+        return [
+            Finding(
+                "skipped",
+                cfg.name,
+                "onnx is not installed: the config was not compared with the ONNX graph",
+            )
+        ]
     graph = onnx.load(str(onnx_file), load_external_data=False).graph
     initializers = {i.name for i in graph.initializer}
     onnx_io = {

@@ -26,13 +26,17 @@ CTR_ARTIFACTS := \
 	model_repository/ctr_model/2/build_metadata.json \
 	build/ctr/model.pt
 
+# What the TensorRT plans are built from besides those (make build-plans reads them from the
+# mounted checkout): the ctr_session step graph and the real texts of calibration and gate.
+PLAN_SOURCES := model_repository/ctr_session/1/model.onnx build/tensorrt/real_texts.json
+
 SERVE_ARGS ?=
 PYTEST_ARGS ?=
 
 BENCH_ARGS ?=
 
 .PHONY: help setup artifacts serve test bench bench-quick profile perf-deps int8-study lint clean \
-	artifacts-gpu test-gpu bench-gpu
+	artifacts-gpu test-gpu bench-gpu build-plans serve-gpu
 
 help:
 	@echo "make serve     set up, build the artifacts, run the embedded Triton server (Ctrl-C stops)"
@@ -46,6 +50,8 @@ help:
 	@echo "make artifacts-gpu  on a GPU host: export the torch_gpu programs (FP16, accuracy-gated)"
 	@echo "make test-gpu  on a GPU host: the torch_gpu config set against a real server"
 	@echo "make bench-gpu on a GPU host: served text_embedding vs sentence-transformers FP16"
+	@echo "make build-plans  Docker + GPU: TensorRT plans built on this GPU in the builder image"
+	@echo "make serve-gpu    Docker + GPU: NVIDIA's Triton container (docker/compose.yaml)"
 	@echo "make lint      ruff check + ruff format --check"
 	@echo "make clean     remove built artifacts and build/ (keeps $(VENV))"
 
@@ -57,7 +63,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --editable .
 	touch $@
 
-artifacts: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS)
+artifacts: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(PLAN_SOURCES)
 
 $(TEXT_EMBEDDING_ARTIFACTS) &: $(STAMP) builders/text_embedding_onnx.py tritonrepo/text/spec.py \
 		tritonrepo/text/tokenization.py builders/text_embedding_variants.py tritonrepo/text/corpus.py
@@ -66,6 +72,12 @@ $(TEXT_EMBEDDING_ARTIFACTS) &: $(STAMP) builders/text_embedding_onnx.py tritonre
 $(CTR_ARTIFACTS) &: $(STAMP) builders/ctr_onnx.py builders/ctr_network.py tritonrepo/ctr/spec.py \
 		tritonrepo/ctr/click_log.py tritonrepo/ctr/features.py
 	$(PY) -m builders.ctr_onnx
+
+model_repository/ctr_session/1/model.onnx: $(CTR_ARTIFACTS) builders/ctr_session_onnx.py
+	$(PY) -m builders.ctr_session_onnx
+
+build/tensorrt/real_texts.json: $(STAMP) builders/plan_data.py tritonrepo/text/corpus.py
+	$(PY) -m builders.plan_data
 
 serve: artifacts
 	$(PY) -m tritonrepo.serve $(SERVE_ARGS)
@@ -110,9 +122,27 @@ test-gpu: artifacts-gpu perf-deps
 bench-gpu: artifacts-gpu perf-deps
 	$(PY) -m benchmarks.gpu $(BENCH_ARGS)
 
+# NVIDIA's containers (docker/README.md; needs Docker and the NVIDIA Container Toolkit, so not
+# run on the development machines or CI). Plans are tied to TensorRT version and GPU: build them
+# on the serving GPU, in the TensorRT image of the serving image's release, as your user.
+BUILDER_IMAGE ?= tritonrepo-builder:24.10
+PLAN_ARGS ?=
+
+build-plans: artifacts
+	docker build -f docker/Dockerfile.builder -t $(BUILDER_IMAGE) .
+	docker run --gpus all --rm --user "$$(id -u):$$(id -g)" -e HOME=/tmp \
+		-v "$(CURDIR):/workspace/tritonrepo" $(BUILDER_IMAGE) \
+		python -m builders.tensorrt_plans $(PLAN_ARGS)
+
+# The repository key is a compose secret read from build/repository.key (created if missing).
+serve-gpu:
+	@test -s build/repository.key || { mkdir -p build && umask 077 && $(PYTHON) -c \
+		'import secrets; print(secrets.token_urlsafe(32))' > build/repository.key; }
+	docker compose -f docker/compose.yaml up
+
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
 clean:
-	rm -rf build $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(TORCH_GPU_ARTIFACTS)
+	rm -rf build $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(TORCH_GPU_ARTIFACTS) $(PLAN_SOURCES)

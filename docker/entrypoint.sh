@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Start tritonserver on the model repository: the image's copy, or the host's mounted over it
 # (docker/compose.yaml); $TRITONREPO_MODEL_REPOSITORY names another folder.
-#   GPU (default): serves config.pbtxt (TensorRT). A missing model.plan is built at start when
-#   TensorRT's Python bindings are importable (python -m builders.tensorrt_plans); otherwise
-#   build the plans on this GPU with `make build-plans` (docker/README.md).
+#   GPU (default): serves config.pbtxt (TensorRT). Build the plans on this GPU first with
+#   `make build-plans` (docker/README.md); without them the container stops with one line.
 #   TRITONREPO_CONFIG=cpu: serves configs/cpu.pbtxt (ONNX Runtime on CPU), no GPU needed.
 # The model-repository API (load/unload/index) is restricted with a key taken from
 # $TRITONREPO_REPOSITORY_KEY or the file $TRITONREPO_REPOSITORY_KEY_FILE (e.g. a Docker/K8s
@@ -42,17 +41,12 @@ else
     fi
   done
   if (( ${#missing[@]} )); then
-    # A read-only repository (docker/compose.yaml mounts the host's so) is never written to.
-    if [[ -w "$repo" ]] && python -c "import tensorrt" 2>/dev/null; then
-      echo "building the TensorRT plans on this GPU (missing: ${missing[*]})" >&2
-      python -m builders.tensorrt_plans --repository "$repo" \
-        ${TRITONREPO_PRECISION:+--precision "$TRITONREPO_PRECISION"}
-    else
-      echo "error: no model.plan for ${missing[*]} (no TensorRT in this image to build it, or" \
-           "a read-only repository): build the plans on this GPU with 'make build-plans'" \
-           "(docker/README.md) and mount the repository, or start with TRITONREPO_CONFIG=cpu" >&2
-      exit 1
-    fi
+    # Plans are built by the builder image on this GPU (make build-plans), which has TensorRT's
+    # Python API, Polygraphy and the real samples of calibration and gate; this image has none.
+    echo "error: no model.plan for ${missing[*]}: build the plans on this GPU with" \
+         "'make build-plans' (docker/README.md) and mount the repository, or start with" \
+         "TRITONREPO_CONFIG=cpu" >&2
+    exit 1
   fi
 fi
 # Check the repository for this config set before starting: artifacts, each plan against this

@@ -210,31 +210,18 @@ def _run_entrypoint(tmp: Path, plans: bool, **env: str) -> tuple[subprocess.Comp
     return proc, log.read_text()
 
 
-def test_entrypoint_builds_missing_plans_with_tensorrt(tmp_path) -> None:
-    """No plans and TensorRT importable: the plans builder runs on the repository, then the
-    server starts with explicit model control and the key from the secret file."""
-    proc, log = _run_entrypoint(tmp_path, plans=False, FAKE_TENSORRT="1")
-    assert proc.returncode == 0, proc.stderr
-    repo = tmp_path / "model_repository"
-    build, check, serve = log.splitlines()
-    assert build == f"python -m builders.tensorrt_plans --repository {repo}"
-    assert check == (
-        f"python -m tritonrepo.preflight --repository {repo} --model-config-name  "
-        "--model=text_embedding --model=ctr_ranking --model=ctr_session"
-    )
-    assert "--model-control-mode=explicit" in serve
-    assert "--http-restricted-api=model-repository:x-model-repository-key=sekrit" in serve
-    assert "--model-config-name" not in serve
-
-
-def test_entrypoint_without_plans_or_tensorrt_says_what_to_do(tmp_path) -> None:
-    """No plans and no TensorRT: one line naming the models and what to run; no server."""
-    proc, log = _run_entrypoint(tmp_path, plans=False)
-    assert proc.returncode == 1
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "text_embedding_encoder" in lines[0] and "make build-plans" in lines[0]
-    assert log == ""
+def test_entrypoint_without_plans_says_what_to_do(tmp_path) -> None:
+    """No plans, even with TensorRT importable: one line naming the models and what to run
+    (plans come from the builder image, `make build-plans`); nothing else runs."""
+    for tensorrt in ("0", "1"):
+        root = tmp_path / tensorrt
+        root.mkdir()
+        proc, log = _run_entrypoint(root, plans=False, FAKE_TENSORRT=tensorrt)
+        assert proc.returncode == 1
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1, proc.stderr
+        assert "text_embedding_encoder" in lines[0] and "make build-plans" in lines[0]
+        assert log == ""
 
 
 def test_entrypoint_with_plans_starts_the_server(tmp_path) -> None:
@@ -242,7 +229,14 @@ def test_entrypoint_with_plans_starts_the_server(tmp_path) -> None:
     proc, log = _run_entrypoint(tmp_path, plans=True)
     assert proc.returncode == 0, proc.stderr
     check, serve = log.splitlines()
-    assert check.startswith("python -m tritonrepo.preflight") and serve.startswith("tritonserver ")
+    repo = tmp_path / "model_repository"
+    assert check == (
+        f"python -m tritonrepo.preflight --repository {repo} --model-config-name  "
+        "--model=text_embedding --model=ctr_ranking --model=ctr_session"
+    )
+    assert serve.startswith("tritonserver ") and "--model-control-mode=explicit" in serve
+    assert "--http-restricted-api=model-repository:x-model-repository-key=sekrit" in serve
+    assert "--model-config-name" not in serve
 
 
 def test_entrypoint_does_not_start_the_server_when_preflight_fails(tmp_path) -> None:

@@ -31,7 +31,7 @@ from benchmarks.perf_analyzer import Window
 from benchmarks.results import IN_PROCESS, Run, System
 from benchmarks.text_embedding import STEPS, min_cosine, require
 from benchmarks.triton_side import sweep
-from builders.torch_export import GATES
+from builders.accuracy_gate import TOLERANCES
 from tritonrepo.launcher import ServerOptions, TritonServer, free_port
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 from tritonrepo.text import spec
@@ -126,7 +126,7 @@ def served(
     with EmbeddingClient(server.options.grpc_url, "grpc") as client:
         got = np.concatenate([client.embed(texts[i : i + 64]) for i in range(0, len(texts), 64)])
     cosine = min_cosine(got, reference)
-    require("text_embedding (torch_gpu)", cosine, GATES["fp16"].min_cosine)
+    require("text_embedding (torch_gpu)", cosine, TOLERANCES["fp16"].min_cosine)
     data = inputs.write_text_data(workdir / "texts.json", texts)
     systems = []
     for key, name, levels, batch in (

@@ -21,12 +21,14 @@ Figures per model (feeds from ``builders.plan_data``):
 
 Tolerances (``TOLERANCES``), with their sources:
 
-* FP32 (TF32 off, Polygraphy's default): min cosine 0.9999, CTR max abs diff 1e-5 (the ONNX
-  vs PyTorch parity bar of ``builders/ctr_onnx.py``), |ΔAUC| <= 0.0005.
-* FP16: min cosine 0.999 (the torch_gpu FP16 gate, ``builders/torch_export.py``; seen 0.999999
-  there on an H200); CTR max abs diff 5e-3 and |ΔAUC| <= 0.002. The torch_gpu FP16 CTR program
-  measured 2.8e-3 on an H200 and failed that set's 2e-3 bar with the AUC unchanged; 5e-3 keeps
-  CTR right to two decimals, below anything a ranking of click probabilities can act on.
+* FP32 (TF32 off, Polygraphy's default): min cosine 0.99999 (FP32 kernels of two runtimes
+  differ in rounding only), CTR max abs diff 1e-5 (the ONNX vs PyTorch parity bar of
+  ``builders/ctr_onnx.py``), |ΔAUC| <= 0.0005.
+* FP16: min cosine 0.999 (set before any FP16 build was measured; seen 0.999999 with the
+  torch_gpu FP16 encoder on an H200); CTR max abs diff 2e-3 (CTR read to three decimals) and
+  |ΔAUC| <= 0.002. The torch_gpu FP16 CTR program measured 2.8e-3 on an H200 and so is built
+  in FP32 there (``builders/torch_export.py`` falls back; for plans use ``--precision fp32``).
+  The same table serves both builders (``builders.torch_export`` imports it).
 * INT8: min cosine 0.99 (issue 8's bar for the INT8 text encoder,
   ``text_embedding_variants.INT8_MIN_COSINE``); CTR max abs diff 0.05 and |ΔAUC| <= 0.005. The
   CPU INT8 ctr_model (version 2, QDQ projections) measures 0.025 max abs diff and ΔAUC -0.0003
@@ -64,8 +66,8 @@ class Tolerance:
 
 
 TOLERANCES = {
-    "fp32": Tolerance(min_cosine=0.9999, max_ctr_diff=1e-5, max_auc_change=0.0005),
-    "fp16": Tolerance(min_cosine=0.999, max_ctr_diff=5e-3, max_auc_change=0.002),
+    "fp32": Tolerance(min_cosine=0.99999, max_ctr_diff=1e-5, max_auc_change=0.0005),
+    "fp16": Tolerance(min_cosine=0.999, max_ctr_diff=2e-3, max_auc_change=0.002),
     "int8": Tolerance(min_cosine=0.99, max_ctr_diff=0.05, max_auc_change=0.005),
 }
 

@@ -15,8 +15,9 @@ Writes, per model, ``<model>/1/model.pt2`` and ``<model>/1/torch_metadata.json``
   artifacts``), ``input_ids`` INT64 ``[batch, 64]`` → ``ctr`` FP32 ``[batch, 1]``.
 
 Accuracy gate, after each export, against the FP32 PyTorch model on the same device and real
-inputs (``GATES``): the text encoder's pooled embeddings on real mixed texts (min cosine); the CTR
-scores on held-out click-log rows (max abs diff and AUC change). A failed gate writes nothing.
+inputs, with the TensorRT plans' tolerances (``builders.accuracy_gate.TOLERANCES``): the text
+encoder's pooled embeddings on real mixed texts (min cosine); the CTR scores on held-out
+click-log rows (max abs diff and AUC change). A failed gate writes nothing.
 Files are written to a temporary name and renamed, so an interrupted build leaves no
 half-written program.
 
@@ -36,11 +37,12 @@ import hashlib
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
+from builders.accuracy_gate import TOLERANCES, Tolerance
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.model_config import config_path, load_config
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
@@ -54,22 +56,10 @@ GATE_TEXTS = 256  # real mixed texts (tritonrepo.text.corpus, eval split)
 GATE_ROWS = 4096  # held-out click-log rows
 
 
-@dataclass(frozen=True)
-class Gate:
-    """Accuracy floor of one precision: min cosine of embeddings, max abs CTR diff and
-    max AUC drop, each against FP32 PyTorch on the same device."""
-
-    min_cosine: float
-    max_ctr_diff: float
-    max_auc_drop: float
-
-
-# FP16 keeps ~3 significant digits: seen on all-MiniLM-L6-v2, min cosine 0.9999+ over real
-# texts; CTR scores are probabilities read to 3 decimals, so 1e-3 is below what matters.
-GATES = {
-    "fp32": Gate(min_cosine=0.99999, max_ctr_diff=1e-5, max_auc_drop=0.0),
-    "fp16": Gate(min_cosine=0.999, max_ctr_diff=2e-3, max_auc_drop=0.002),
-}
+# One precision's accuracy floor: builders.accuracy_gate.TOLERANCES, shared with the TensorRT
+# plans (min cosine of embeddings; max abs CTR diff and |AUC change| against FP32).
+GATES = TOLERANCES
+PRECISIONS = ("fp16", "fp32")  # torch.export programs; INT8 is the TensorRT and CPU builders'
 
 
 def max_batch(repository: Path, model: str) -> int:
@@ -129,7 +119,7 @@ def export_text_encoder(device: str, precision: str, batch: int, source: Path):
     return program, reference
 
 
-def text_gate(program, reference, device: str, gate: Gate) -> dict[str, float]:
+def text_gate(program, reference, device: str, gate: Tolerance) -> dict[str, float]:
     """Min cosine of the program's pooled embeddings vs FP32 on real mixed texts.
 
     Raises:
@@ -186,11 +176,11 @@ def export_ctr_model(device: str, precision: str, batch: int, weights: Path = CT
     return program, reference
 
 
-def ctr_gate(program, reference, device: str, gate: Gate) -> dict[str, float]:
+def ctr_gate(program, reference, device: str, gate: Tolerance) -> dict[str, float]:
     """Max abs CTR diff and AUC change vs FP32 on held-out click-log rows.
 
     Raises:
-        RuntimeError: above ``gate.max_ctr_diff`` or an AUC drop above ``gate.max_auc_drop``.
+        RuntimeError: above ``gate.max_ctr_diff`` or an AUC change above ``gate.max_auc_change``.
     """
     import torch
 
@@ -207,7 +197,7 @@ def ctr_gate(program, reference, device: str, gate: Gate) -> dict[str, float]:
     clicks = heldout.clicks[:GATE_ROWS]
     diff = float(np.max(np.abs(got_np - want_np)))
     auc_change = auc(clicks, got_np) - auc(clicks, want_np)
-    if diff > gate.max_ctr_diff or -auc_change > gate.max_auc_drop:
+    if diff > gate.max_ctr_diff or abs(auc_change) > gate.max_auc_change:
         raise RuntimeError(
             f"accuracy gate: max abs CTR diff {diff:.2e} (limit "
             f"{gate.max_ctr_diff}), AUC change {auc_change:+.4f}"
@@ -267,7 +257,7 @@ def build(model: str, repository: Path, device: str, precision: str) -> dict:
         "shapes": shapes,
         "inputs": inputs,
         "accuracy": accuracy,
-        "gate": vars(gate),
+        "gate": asdict(gate),
         "source_sha256": sha256(source_file),
         "program_sha256": sha256(partial),
         "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -297,7 +287,7 @@ def build_auto(model: str, repository: Path, device: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", choices=MODELS, help="default: all")
-    parser.add_argument("--precision", choices=["auto", *sorted(GATES)], default="auto")
+    parser.add_argument("--precision", choices=["auto", *PRECISIONS], default="auto")
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--repository", type=Path, default=MODEL_REPOSITORY)
     args = parser.parse_args(argv)

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from builders import ctr_network, torch_export
+from builders.accuracy_gate import Tolerance
 from builders.ctr_onnx import WEIGHTS
 from tests.sentences import SENTENCES
 from tritonrepo.ctr import spec as ctr_spec
@@ -130,7 +131,7 @@ def test_ctr_program_matches_pytorch(repository):
 
 
 def test_failed_gate_writes_nothing(repository, monkeypatch):
-    strict = torch_export.Gate(min_cosine=1.1, max_ctr_diff=-1.0, max_auc_drop=-1.0)  # unmeetable
+    strict = Tolerance(min_cosine=1.1, max_ctr_diff=-1.0, max_auc_change=-1.0)  # unmeetable
     monkeypatch.setitem(torch_export.GATES, "fp32", strict)
     target = repository / ctr_spec.CORE_MODEL / "1"
     before = {p.name: p.stat().st_mtime_ns for p in target.iterdir()} if target.is_dir() else {}

@@ -4,7 +4,7 @@
 #   GPU (default): serves config.pbtxt (TensorRT). Build the plans on this GPU first with
 #   `make build-plans` (docker/README.md); without them the container stops with one line.
 #   TRITONREPO_CONFIG=cpu: serves configs/cpu.pbtxt (ONNX Runtime on CPU), no GPU needed.
-# The model-repository API (load/unload/index) is restricted with a key taken from
+# The admin APIs (model repository, shared memory, logging, trace) are restricted with a key taken from
 # $TRITONREPO_REPOSITORY_KEY or the file $TRITONREPO_REPOSITORY_KEY_FILE (e.g. a Docker/K8s
 # secret); without either, a random key is written to /tmp/repository.key (mode 0600).
 # Extra arguments are passed to tritonserver.
@@ -14,6 +14,8 @@ repo="${TRITONREPO_MODEL_REPOSITORY:-/opt/tritonrepo/model_repository}"
 # (`tritonrepo-client health`) probes by default.
 models=(text_embedding ctr_ranking ctr_session)
 header=x-model-repository-key
+# API categories only key holders may call (tritonrepo/repository_key.py RESTRICTED_APIS).
+restricted=model-repository,shared-memory,logging,trace
 if [[ -n "${TRITONREPO_REPOSITORY_KEY:-}" ]]; then
   key="$TRITONREPO_REPOSITORY_KEY"
 elif [[ -n "${TRITONREPO_REPOSITORY_KEY_FILE:-}" ]]; then
@@ -27,8 +29,8 @@ fi
 [[ -n "$key" ]] || { echo "error: the repository key is empty" >&2; exit 1; }
 args=(
   --model-repository="$repo" --model-control-mode=explicit "${models[@]/#/--load-model=}"
-  --http-restricted-api="model-repository:$header=$key"
-  --grpc-restricted-protocol="model-repository:$header=$key"
+  --http-restricted-api="$restricted:$header=$key"
+  --grpc-restricted-protocol="$restricted:$header=$key"
 )
 if [[ "${TRITONREPO_CONFIG:-gpu}" == "cpu" ]]; then
   args+=(--model-config-name=cpu)

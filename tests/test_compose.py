@@ -113,7 +113,8 @@ def test_compose_explicit_model_control(triton: dict) -> None:
     assert modes in ([], ["--model-control-mode=explicit"])
     script = ENTRYPOINT.read_text()
     assert "--model-control-mode=explicit" in script
-    assert '--http-restricted-api="model-repository:$header=$key"' in script
+    assert '--http-restricted-api="$restricted:$header=$key"' in script
+    assert '--grpc-restricted-protocol="$restricted:$header=$key"' in script
 
 
 def test_compose_healthcheck_probes_with_the_client(triton: dict) -> None:
@@ -235,7 +236,9 @@ def test_entrypoint_with_plans_starts_the_server(tmp_path) -> None:
         "--model=text_embedding --model=ctr_ranking --model=ctr_session"
     )
     assert serve.startswith("tritonserver ") and "--model-control-mode=explicit" in serve
-    assert "--http-restricted-api=model-repository:x-model-repository-key=sekrit" in serve
+    locked = "model-repository,shared-memory,logging,trace:x-model-repository-key=sekrit"
+    assert f"--http-restricted-api={locked}" in serve
+    assert f"--grpc-restricted-protocol={locked}" in serve
     assert "--model-config-name" not in serve
 
 
@@ -254,6 +257,14 @@ def test_entrypoint_cpu_config_needs_no_plans(tmp_path) -> None:
     check, serve = log.splitlines()
     assert "--model-config-name cpu" in check
     assert serve.startswith("tritonserver ") and "--model-config-name=cpu" in serve
+
+
+def test_entrypoint_locks_the_same_apis_as_the_launcher() -> None:
+    """The container restricts exactly ``RESTRICTED_APIS`` (the README's access table)."""
+    from tritonrepo.repository_key import RESTRICTED_APIS
+
+    match = re.search(r"^restricted=(\S+)$", ENTRYPOINT.read_text(), re.M)
+    assert match and tuple(match[1].split(",")) == RESTRICTED_APIS
 
 
 def test_entrypoint_syntax() -> None:

@@ -181,7 +181,7 @@ class TritonServer:
             f"--log-verbose={o.log_verbose}",
         ]
         if o.repository_key:
-            restriction = f"model-repository:{repository_key.HEADER}={o.repository_key}"
+            restriction = repository_key.restriction(o.repository_key)
             cmd += [
                 f"--http-restricted-api={restriction}",
                 f"--grpc-restricted-protocol={restriction}",

@@ -1,10 +1,12 @@
-"""The key that guards Triton's model-repository API (index, load, unload).
+"""The key that guards Triton's admin APIs (``RESTRICTED_APIS``: model repository, shared memory,
+logging, trace).
 
-Triton restricts an API group with ``--http-restricted-api=model-repository:<header>=<key>``
-and ``--grpc-restricted-protocol=model-repository:<header>=<key>``; a request of that group must
+Triton restricts API categories with ``--http-restricted-api=<categories>:<header>=<key>`` and
+``--grpc-restricted-protocol=<categories>:<header>=<key>``; a request of those categories must
 then carry ``<header>: <key>`` (HTTP) or the metadata ``triton-grpc-protocol-<header>: <key>``
 (gRPC; the prefix is Triton's, see its error "expecting header
-'triton-grpc-protocol-<header>'"). Inference, health and metadata stay open.
+'triton-grpc-protocol-<header>'"). Health, metadata, inference, model configs and statistics
+stay open (why: ``RESTRICTED_APIS``).
 
 The key comes from, in order: an explicit file, ``$TRITONREPO_REPOSITORY_KEY``,
 ``$TRITONREPO_REPOSITORY_KEY_FILE``, or ``build/repository.key`` (which the launcher creates
@@ -24,6 +26,17 @@ GRPC_HEADER = f"triton-grpc-protocol-{HEADER}"
 ENV_KEY = "TRITONREPO_REPOSITORY_KEY"
 ENV_KEY_FILE = "TRITONREPO_REPOSITORY_KEY_FILE"
 DEFAULT_KEY_FILE = BUILD_DIR / "repository.key"
+# Triton API categories only key holders may call, on HTTP and gRPC (Triton's names, server
+# docs "Limit Endpoint Access"): those that change server state or expose its memory.
+# - model-repository: index, load (with config and file overrides), unload.
+# - shared-memory: system and CUDA regions; registering a region names memory the server then
+#   reads and writes (e.g. a Python backend's own /dev/shm region, seen accepted when open).
+# - logging: log levels and files (verbose logs can fill a disk).
+# - trace: trace levels and rates.
+# Left open: health, metadata and inference (what callers are for); model-config (clients read
+# max_batch_size and inputs from it, and it holds no secret); statistics (the same counters are
+# on the metrics endpoint, which Triton cannot restrict, so a key would protect nothing).
+RESTRICTED_APIS = ("model-repository", "shared-memory", "logging", "trace")
 
 
 class RepositoryKeyError(ValueError):
@@ -86,6 +99,12 @@ def create_key_file(path: Path | None = None) -> str:
     with os.fdopen(fd, "w") as fh:
         fh.write(key + "\n")
     return key
+
+
+def restriction(key: str) -> str:
+    """The value of ``--http-restricted-api`` / ``--grpc-restricted-protocol`` that locks
+    ``RESTRICTED_APIS`` with ``key``."""
+    return f"{','.join(RESTRICTED_APIS)}:{HEADER}={key}"
 
 
 def headers(key: str | None, protocol: str) -> dict[str, str]:

@@ -61,7 +61,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     keys.add_argument(
         "--no-repository-key",
         action="store_true",
-        help="leave the model-repository API open to anyone who reaches the ports (unsafe)",
+        help="leave the admin APIs (model repository, shared memory, logging, trace) open to "
+        "anyone who reaches the ports (unsafe)",
     )
     return p.parse_args(argv)
 

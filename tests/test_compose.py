@@ -267,6 +267,14 @@ def test_entrypoint_locks_the_same_apis_as_the_launcher() -> None:
     assert match and tuple(match[1].split(",")) == RESTRICTED_APIS
 
 
+def test_container_runs_unprivileged_on_a_read_only_root(triton: dict) -> None:
+    """Not root (the Dockerfile's last USER), read-only root filesystem, /tmp a tmpfs."""
+    users = [i.args for i in parse_dockerfile(DOCKER_DIR / "Dockerfile") if i.keyword == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    assert triton.get("read_only") is True
+    assert "/tmp" in triton.get("tmpfs", [])
+
+
 def test_entrypoint_syntax() -> None:
     """bash parses the entrypoint."""
     subprocess.run(["bash", "-n", str(ENTRYPOINT)], check=True)

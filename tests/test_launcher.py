@@ -122,3 +122,24 @@ def test_serves_then_stops_cleanly_and_frees_ports():
             s.bind(("127.0.0.1", port))  # would raise if the server still held it
     log = Path(options.log_file).read_text()
     assert "Started HTTPService at 127.0.0.1" in log
+
+
+def test_exposing_open_admin_apis_is_refused_without_insecure():
+    out = subprocess.run(
+        [sys.executable, "-m", "tritonrepo.serve", "--expose", "--no-repository-key"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert out.stderr.startswith("error: refusing to serve on 0.0.0.0 with --no-repository-key")
+    assert "add --insecure" in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_loopback_addresses_are_recognised():
+    from tritonrepo.serve import exposure_problem, is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.5")
+    assert not is_loopback("example.internal")  # a name may resolve anywhere
+    assert exposure_problem("127.0.0.1", open_admin=True, insecure=False) is None
+    assert exposure_problem("10.0.0.5", open_admin=False, insecure=False) is None
+    assert exposure_problem("10.0.0.5", open_admin=True, insecure=True) is None

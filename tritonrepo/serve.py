@@ -7,6 +7,7 @@ Options, the repository key (:mod:`tritonrepo.repository_key`) and the lifecycle
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import signal
 import sys
 import time
@@ -50,6 +51,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-file", type=Path, default=BUILD_DIR / "tritonserver.log")
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--startup-timeout", type=float, default=180.0, help="seconds")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow --no-repository-key on a non-loopback address (anyone who reaches the ports "
+        "may load models, register shared memory and change logging)",
+    )
     keys = p.add_mutually_exclusive_group()
     keys.add_argument(
         "--repository-key-file",
@@ -65,6 +72,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "anyone who reaches the ports (unsafe)",
     )
     return p.parse_args(argv)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) only accepts connections from this
+    machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def exposure_problem(host: str, open_admin: bool, insecure: bool) -> str | None:
+    """Why serving on ``host`` must be refused, or None: the admin APIs without a key on an
+    address other machines can reach, unless ``insecure``."""
+    if open_admin and not is_loopback(host) and not insecure:
+        return (
+            f"refusing to serve on {host} with --no-repository-key: anyone who reaches the "
+            "ports could load models, register shared memory and change logging; drop "
+            "--no-repository-key (the key locks those APIs), or add --insecure"
+        )
+    return None
 
 
 def launcher_key(args: argparse.Namespace) -> tuple[str | None, str]:
@@ -85,6 +115,11 @@ def launcher_key(args: argparse.Namespace) -> tuple[str | None, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve until SIGINT/SIGTERM; exit 1 with a one-line reason if the server cannot start."""
     args = parse_args(argv)
+    host = "0.0.0.0" if args.expose else args.host
+    problem = exposure_problem(host, args.no_repository_key, args.insecure)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     try:
         key, key_note = launcher_key(args)
     except repository_key.RepositoryKeyError as exc:
@@ -93,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = ServerOptions(
         model_repository=args.model_repository,
         models=tuple(args.models or DEFAULT_MODELS),
-        host="0.0.0.0" if args.expose else args.host,
+        host=host,
         http_port=args.http_port,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
@@ -117,6 +152,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.stop()
         return 130
     print(key_note, flush=True)
+    if not is_loopback(host):
+        print(
+            f"reachable from other machines on {host}: HTTP :{options.http_port}, gRPC "
+            f":{options.grpc_port} (health, metadata, inference, configs and statistics without "
+            f"a key), metrics :{options.metrics_port} (no key)",
+            flush=True,
+        )
     print(
         f"ready: HTTP {options.http_url}  gRPC {options.grpc_url}  "
         f"metrics http://{options.client_host}:{options.metrics_port}/metrics  (Ctrl-C to stop)",

@@ -20,6 +20,7 @@ Command line: ``tritonrepo-client embed|rank|session|health|models|rollout|rollb
 
 from tritonrepo_client.connection import (
     ClientError,
+    GrpcTls,
     ServerUnreachable,
     TritonConnection,
     VersionNotLoaded,
@@ -44,6 +45,7 @@ __all__ = [
     "ClientError",
     "EmbeddingCanary",
     "EmbeddingClient",
+    "GrpcTls",
     "ModelVersionState",
     "Ranking",
     "RankingClient",

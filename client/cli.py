@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from tritonrepo import repository_key
-from tritonrepo_client.connection import DEFAULT_URLS, ClientError, TritonConnection
+from tritonrepo_client.connection import DEFAULT_URLS, ClientError, GrpcTls, TritonConnection
 from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matrix
 from tritonrepo_client.health import DEFAULT_MODELS, check_health
 from tritonrepo_client.ranking import RankingClient, SessionClient, read_events
@@ -52,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
         help="file holding the model-repository API key (default: $TRITONREPO_REPOSITORY_KEY, "
         "$TRITONREPO_REPOSITORY_KEY_FILE, or build/repository.key)",
     )
+    tls = p.add_argument_group("gRPC over TLS (a server started with --grpc-tls-cert)")
+    tls.add_argument("--grpc-root-cert", type=Path, help="PEM of the CA that signed the server")
+    tls.add_argument("--grpc-client-cert", type=Path, help="PEM client certificate (mutual TLS)")
+    tls.add_argument("--grpc-client-key", type=Path, help="PEM client private key (mutual TLS)")
     sub = p.add_subparsers(dest="command", required=True)
 
     embed = sub.add_parser("embed", help="sentence embeddings from the text_embedding ensemble")
@@ -147,7 +151,7 @@ def _embed(args: argparse.Namespace) -> int:
     if not texts:
         print("error: no text given (pass texts as arguments or on stdin)", file=sys.stderr)
         return 2
-    with EmbeddingClient(args.url, args.protocol, args.model, args.timeout) as client:
+    with EmbeddingClient(args.url, args.protocol, args.model, args.timeout, _tls(args)) as client:
         vectors = client.embed(texts)
     if args.similarity:
         matrix = cosine_similarity_matrix(vectors)
@@ -165,17 +169,24 @@ def _embed(args: argparse.Namespace) -> int:
 
 
 def _health(args: argparse.Namespace) -> int:
-    with TritonConnection(args.url, args.protocol, args.timeout) as conn:
+    with TritonConnection(args.url, args.protocol, args.timeout, _tls(args)) as conn:
         checks = check_health(conn, args.models or DEFAULT_MODELS, live_only=args.live)
     for check in checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
     return 0 if all(c.ok for c in checks) else 1
 
 
+def _tls(args: argparse.Namespace) -> GrpcTls | None:
+    """TLS settings from ``--grpc-root-cert`` (and the client pair), for ``--protocol grpc``."""
+    if args.grpc_root_cert is None:
+        return None
+    return GrpcTls(args.grpc_root_cert, args.grpc_client_cert, args.grpc_client_key)
+
+
 def _repository(args: argparse.Namespace) -> RepositoryClient:
     key = repository_key.resolve_key(args.repository_key_file)
     return RepositoryClient(
-        args.url, args.protocol, key=key or "", timeout_s=max(args.timeout, 300)
+        args.url, args.protocol, key=key or "", timeout_s=max(args.timeout, 300), tls=_tls(args)
     )
 
 
@@ -242,7 +253,7 @@ def _rollout(args: argparse.Namespace) -> int:
 
 
 def _rank(args: argparse.Namespace) -> int:
-    with RankingClient(args.url, args.protocol, args.model, args.timeout) as client:
+    with RankingClient(args.url, args.protocol, args.model, args.timeout, _tls(args)) as client:
         ranking = client.rank(args.history, args.candidates, args.top_k)
     print(json.dumps(ranking.as_dict()))
     return 0
@@ -252,7 +263,10 @@ def _session(args: argparse.Namespace) -> int:
     cid = args.correlation_id
     correlation_id: int | str = int(cid) if cid.isdigit() else cid
     stream = sys.stdin if args.events == "-" else open(args.events, encoding="utf-8")  # noqa: SIM115
-    with stream, SessionClient(args.url, args.protocol, args.model, args.timeout) as client:
+    with (
+        stream,
+        SessionClient(args.url, args.protocol, args.model, args.timeout, _tls(args)) as client,
+    ):
         for event, ranking in client.replay(correlation_id, read_events(stream)):
             print(json.dumps({"item_id": event["item_id"]} | ranking.as_dict()), flush=True)
     return 0

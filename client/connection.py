@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -42,6 +44,21 @@ def _is_unreachable(exc: BaseException) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class GrpcTls:
+    """TLS for the gRPC endpoint (a server started with ``--grpc-tls-cert``): PEM files.
+
+    Attributes:
+        root_cert: the CA that signed the server's certificate.
+        client_cert: this client's certificate, for a server that requires mutual TLS.
+        client_key: its private key.
+    """
+
+    root_cert: str | Path
+    client_cert: str | Path | None = None
+    client_key: str | Path | None = None
+
+
 class TritonConnection:
     """A tritonclient HTTP or gRPC client behind one interface.
 
@@ -49,16 +66,23 @@ class TritonConnection:
         url: ``host:port`` (default 127.0.0.1:8000 for HTTP, 127.0.0.1:8001 for gRPC).
         protocol: ``"http"`` or ``"grpc"``.
         timeout_s: network timeout in seconds for connecting and for each call.
+        tls: gRPC over TLS (HTTP TLS ends at the reverse proxy of the container path).
 
     Raises:
-        ValueError: unknown protocol.
+        ValueError: unknown protocol, or TLS asked for HTTP.
     """
 
     def __init__(
-        self, url: str | None = None, protocol: Protocol = "http", timeout_s: float = 60.0
+        self,
+        url: str | None = None,
+        protocol: Protocol = "http",
+        timeout_s: float = 60.0,
+        tls: GrpcTls | None = None,
     ) -> None:
         if protocol not in DEFAULT_URLS:
             raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
+        if tls is not None and protocol != "grpc":
+            raise ValueError("TLS is for the gRPC endpoint; HTTP TLS ends at a reverse proxy")
         self.protocol = protocol
         self.url = url or DEFAULT_URLS[protocol]
         self.timeout_s = timeout_s
@@ -67,8 +91,16 @@ class TritonConnection:
             self.client: Any = httpclient.InferenceServerClient(
                 self.url, connection_timeout=timeout_s, network_timeout=timeout_s
             )
-        else:
+        elif tls is None:
             self.client = grpcclient.InferenceServerClient(self.url)
+        else:
+            self.client = grpcclient.InferenceServerClient(
+                self.url,
+                ssl=True,
+                root_certificates=str(tls.root_cert),
+                private_key=str(tls.client_key) if tls.client_key else None,
+                certificate_chain=str(tls.client_cert) if tls.client_cert else None,
+            )
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
         """Run ``fn``, translating failures into :class:`ClientError` / :class:`ServerUnreachable`.
@@ -184,6 +216,7 @@ class ModelClient:
         protocol: ``"http"`` or ``"grpc"``.
         model: model name (default: the subclass's ``DEFAULT_MODEL``).
         timeout_s: network timeout per call, seconds.
+        tls: gRPC over TLS (:class:`GrpcTls`).
     """
 
     DEFAULT_MODEL = ""
@@ -194,8 +227,9 @@ class ModelClient:
         protocol: Protocol = "http",
         model: str | None = None,
         timeout_s: float = 60.0,
+        tls: GrpcTls | None = None,
     ) -> None:
-        self.connection = TritonConnection(url, protocol, timeout_s)
+        self.connection = TritonConnection(url, protocol, timeout_s, tls)
         self.model = model or self.DEFAULT_MODEL
 
     def close(self) -> None:

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tritonrepo import repository_key
-from tritonrepo_client.connection import ClientError, Protocol, ServerUnreachable, TritonConnection
+from tritonrepo_client.connection import (
+    ClientError,
+    GrpcTls,
+    Protocol,
+    ServerUnreachable,
+    TritonConnection,
+)
 
 T = TypeVar("T")
 
@@ -38,6 +44,7 @@ class RepositoryClient:
             (``$TRITONREPO_REPOSITORY_KEY``, ``$TRITONREPO_REPOSITORY_KEY_FILE``,
             ``build/repository.key``); ``""`` sends none.
         timeout_s: network timeout per call, seconds (loads can take a while).
+        tls: gRPC over TLS (:class:`tritonrepo_client.connection.GrpcTls`).
     """
 
     def __init__(
@@ -46,8 +53,9 @@ class RepositoryClient:
         protocol: Protocol = "http",
         key: str | None = None,
         timeout_s: float = 300.0,
+        tls: GrpcTls | None = None,
     ) -> None:
-        self.connection = TritonConnection(url, protocol, timeout_s)
+        self.connection = TritonConnection(url, protocol, timeout_s, tls)
         self.protocol = protocol
         self.key = repository_key.resolve_key() if key is None else key
         self.headers = repository_key.headers(self.key, protocol)

@@ -51,6 +51,22 @@ DEFAULT_MODELS = ("text_embedding", "ctr_ranking", "ctr_session")
 GPU_CONFIG_SETS = {"torch_gpu": 1 << 30}
 
 
+@dataclass(frozen=True)
+class GrpcServerTls:
+    """TLS on the gRPC endpoint (Triton's ``--grpc-use-ssl``): PEM files.
+
+    Attributes:
+        cert: the server's certificate (``--grpc-server-cert``).
+        key: its private key (``--grpc-server-key``).
+        client_ca: CA of the client certificates to require (``--grpc-root-cert`` and
+            ``--grpc-use-ssl-mutual``); None = any client may connect over TLS.
+    """
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+
 @dataclass
 class ServerOptions:
     """How to run the server.
@@ -62,6 +78,7 @@ class ServerOptions:
     ``cuda_memory_pool_bytes``: CUDA memory pool per visible GPU, in bytes, through which the
     Python backend passes GPU tensors between processes (None: Triton's 64 MiB default, or
     the size in ``GPU_CONFIG_SETS`` when ``model_config_name`` is one of them).
+    ``grpc_tls``: serve gRPC over TLS (:class:`GrpcServerTls`); HTTP TLS ends at a reverse proxy.
     """
 
     model_repository: Path = MODEL_REPOSITORY
@@ -78,6 +95,7 @@ class ServerOptions:
     stop_timeout_s: float = 30.0
     extra_args: Sequence[str] = field(default_factory=tuple)
     cuda_memory_pool_bytes: int | None = None
+    grpc_tls: GrpcServerTls | None = None
 
     @property
     def client_host(self) -> str:
@@ -186,6 +204,17 @@ class TritonServer:
                 f"--http-restricted-api={restriction}",
                 f"--grpc-restricted-protocol={restriction}",
             ]
+        if o.grpc_tls:
+            cmd += [
+                "--grpc-use-ssl=true",
+                f"--grpc-server-cert={Path(o.grpc_tls.cert).resolve()}",
+                f"--grpc-server-key={Path(o.grpc_tls.key).resolve()}",
+            ]
+            if o.grpc_tls.client_ca:
+                cmd += [
+                    f"--grpc-root-cert={Path(o.grpc_tls.client_ca).resolve()}",
+                    "--grpc-use-ssl-mutual=true",
+                ]
         if o.model_config_name:
             cmd.append(f"--model-config-name={o.model_config_name}")
         pool = o.cuda_memory_pool_bytes

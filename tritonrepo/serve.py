@@ -15,7 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tritonrepo import repository_key
-from tritonrepo.launcher import DEFAULT_MODELS, LaunchError, ServerOptions, TritonServer
+from tritonrepo.launcher import (
+    DEFAULT_MODELS,
+    GrpcServerTls,
+    LaunchError,
+    ServerOptions,
+    TritonServer,
+)
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
 
 
@@ -51,6 +57,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-file", type=Path, default=BUILD_DIR / "tritonserver.log")
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--startup-timeout", type=float, default=180.0, help="seconds")
+    p.add_argument("--grpc-tls-cert", type=Path, help="PEM certificate: serve gRPC over TLS")
+    p.add_argument("--grpc-tls-key", type=Path, help="PEM private key of --grpc-tls-cert")
+    p.add_argument(
+        "--grpc-tls-client-ca",
+        type=Path,
+        help="PEM CA of client certificates: require mutual TLS on gRPC",
+    )
     p.add_argument(
         "--insecure",
         action="store_true",
@@ -120,6 +133,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1
+    if (args.grpc_tls_cert is None) != (args.grpc_tls_key is None) or (
+        args.grpc_tls_client_ca and args.grpc_tls_cert is None
+    ):
+        print("error: gRPC TLS needs both --grpc-tls-cert and --grpc-tls-key", file=sys.stderr)
+        return 1
+    tls = (
+        GrpcServerTls(args.grpc_tls_cert, args.grpc_tls_key, args.grpc_tls_client_ca)
+        if args.grpc_tls_cert
+        else None
+    )
     try:
         key, key_note = launcher_key(args)
     except repository_key.RepositoryKeyError as exc:
@@ -137,6 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_verbose=args.log_verbose,
         startup_timeout_s=args.startup_timeout,
         repository_key=key,
+        grpc_tls=tls,
     )
     server = TritonServer(options)
     print(

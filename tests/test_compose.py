@@ -275,6 +275,20 @@ def test_container_runs_unprivileged_on_a_read_only_root(triton: dict) -> None:
     assert "/tmp" in triton.get("tmpfs", [])
 
 
+def test_https_proxy_terminates_tls_in_front_of_the_http_endpoint(compose: dict) -> None:
+    """The "tls" profile's nginx listens with TLS and forwards to Triton's HTTP port."""
+    proxy = compose["services"]["https"]
+    assert proxy["profiles"] == ["tls"] and proxy["depends_on"] == ["triton"]
+    assert all(str(p).startswith("127.0.0.1:") for p in proxy["ports"])
+    assert {m["target"]: m["read_only"] for m in proxy["volumes"]} == {
+        "/etc/nginx/nginx.conf": True,
+        "/etc/nginx/tls": True,
+    }
+    conf = (DOCKER_DIR / "nginx.conf").read_text()
+    assert "listen 8443 ssl;" in conf and "proxy_pass http://triton:8000;" in conf
+    assert "ssl_protocols TLSv1.2 TLSv1.3;" in conf
+
+
 def test_entrypoint_syntax() -> None:
     """bash parses the entrypoint."""
     subprocess.run(["bash", "-n", str(ENTRYPOINT)], check=True)

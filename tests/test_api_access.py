@@ -130,36 +130,33 @@ def test_registering_a_python_backend_region_is_refused(server, protocol, label)
     assert_still_serving(server)
 
 
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-@pytest.mark.parametrize("label", ["no-key", "wrong-key"])
-def test_changing_log_settings_is_refused(server, protocol, label):
-    _module, client = client_for(server, protocol)
-    key = send_key(server, "key", protocol)
-    try:
-        before = client.get_log_settings(headers=key)
-        with pytest.raises(InferenceServerException, match=RESTRICTED):
-            client.update_log_settings(
-                {"log_verbose_level": 1}, headers=send_key(server, label, protocol)
-            )
-        assert client.get_log_settings(headers=key) == before
-    finally:
-        client.close()
-    assert_still_serving(server)
+# Settings a caller without the key must not change: (read, change) per family.
+SETTINGS = {
+    "logging": (
+        lambda c, h: c.get_log_settings(headers=h),
+        lambda c, h: c.update_log_settings({"log_verbose_level": 1}, headers=h),
+    ),
+    "trace": (
+        lambda c, h: c.get_trace_settings(headers=h),
+        lambda c, h: c.update_trace_settings(
+            settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}, headers=h
+        ),
+    ),
+}
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("label", ["no-key", "wrong-key"])
-def test_changing_trace_settings_is_refused(server, protocol, label):
+@pytest.mark.parametrize("family", list(SETTINGS))
+def test_changing_settings_is_refused(server, family, protocol, label):
+    read, change = SETTINGS[family]
     _module, client = client_for(server, protocol)
     key = send_key(server, "key", protocol)
     try:
-        before = client.get_trace_settings(headers=key)
+        before = read(client, key)
         with pytest.raises(InferenceServerException, match=RESTRICTED):
-            client.update_trace_settings(
-                settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"},
-                headers=send_key(server, label, protocol),
-            )
-        assert client.get_trace_settings(headers=key) == before
+            change(client, send_key(server, label, protocol))
+        assert read(client, key) == before
     finally:
         client.close()
     assert_still_serving(server)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from builders.file_digest import sha256
 from tritonrepo.ctr import spec
 from tritonrepo.ctr.click_log import (
     HELDOUT_SPLIT,
@@ -228,13 +229,6 @@ def batch_independent(onnx_path: Path, rows: np.ndarray) -> float:
     """Max abs diff of scores computed one row at a time vs all ``rows`` in one batch."""
     single = np.concatenate([onnx_scores(onnx_path, rows[i : i + 1]) for i in range(len(rows))])
     return float(np.max(np.abs(single - onnx_scores(onnx_path, rows, batch_size=len(rows)))))
-
-
-def sha256(path: Path) -> str:
-    """Hex sha256 of a file."""
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def build(repository: Path, train_rows: int = TRAIN_ROWS, reuse_weights: bool = False) -> dict:

@@ -157,22 +157,16 @@ class TensorRTBackend:
 
 
 def _gpu_facts() -> dict[str, str]:
-    """Name and compute capability of the current CUDA device, from the CUDA runtime that
-    Polygraphy loads (``cudaDeviceGetAttribute`` 75/76 = compute capability major/minor;
-    ``cudaGetDeviceProperties``, whose first field is the 256-byte name)."""
-    import ctypes
+    """Name and compute capability of GPU 0 as the preflight reads them (``nvidia-smi``,
+    :func:`tritonrepo.artifact_checks.gpu_facts`), so the plan's metadata and the check that
+    compares it with the serving GPU agree on the format (e.g. ``"9.0"``).
 
-    from polygraphy import cuda
+    Raises:
+        RuntimeError: no GPU is visible.
+    """
+    from tritonrepo.artifact_checks import gpu_facts
 
-    lib = cuda.wrapper().handle
-    device, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
-    if lib.cudaGetDevice(ctypes.byref(device)) != 0:
-        raise RuntimeError("no CUDA device (cudaGetDevice failed)")
-    lib.cudaDeviceGetAttribute(ctypes.byref(major), 75, device)
-    lib.cudaDeviceGetAttribute(ctypes.byref(minor), 76, device)
-    properties = ctypes.create_string_buffer(8192)  # cudaDeviceProp is ~1 KB
-    get_properties = getattr(lib, "cudaGetDeviceProperties_v2", None) or lib.cudaGetDeviceProperties
-    name = "unknown"
-    if get_properties(properties, device) == 0:
-        name = properties.raw[:256].split(b"\0", 1)[0].decode(errors="replace")
-    return {"gpu_name": name, "compute_capability": f"{major.value}.{minor.value}"}
+    facts = gpu_facts()
+    if facts is None:
+        raise RuntimeError("no GPU visible (nvidia-smi): build the plans on the serving GPU")
+    return {"gpu_name": facts[0], "compute_capability": facts[1]}

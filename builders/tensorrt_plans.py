@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import os
 import sys
@@ -61,6 +60,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from builders import plan_config
+from builders.file_digest import sha256
 from builders.tensorrt_engine import CACHE_DIR, Backend, TensorRTBackend
 from tritonrepo.paths import MODEL_REPOSITORY
 
@@ -110,15 +110,6 @@ def missing_dependencies() -> list[str]:
         except ImportError:
             missing.append(f"{why} is not installed")
     return missing
-
-
-def sha256(path: Path) -> str:
-    """Hex sha256 of a file."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _temporary(path: Path) -> Path:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import os
 import shutil
@@ -40,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from builders import text_embedding_variants as variants
+from builders.file_digest import sha256
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.text import spec
 from tritonrepo.text.tokenization import TextTokenizer
@@ -87,15 +87,6 @@ class EncoderForExport:
                 return out.last_hidden_state
 
         return Encoder().eval()
-
-
-def sha256(path: Path) -> str:
-    """Hex sha256 of a file."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def export_onnx(encoder, tokenizer: TextTokenizer, onnx_path: Path) -> None:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import os
 import sys
@@ -43,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from builders.accuracy_gate import TOLERANCES, Tolerance
+from builders.file_digest import sha256
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.model_config import config_path, load_config
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
@@ -207,11 +207,6 @@ def ctr_gate(program, reference, device: str, gate: Tolerance) -> dict[str, floa
         "auc_change_vs_fp32": round(auc_change, 5),
         "rows": len(rows),
     }
-
-
-def sha256(path: Path) -> str:
-    """Hex sha256 of a file."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def build(model: str, repository: Path, device: str, precision: str) -> dict:

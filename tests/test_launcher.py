@@ -50,7 +50,7 @@ def test_port_in_use_from_command_line_is_one_line():
             [
                 sys.executable,
                 "-m",
-                "tritonrepo.launcher",
+                "tritonrepo.serve",
                 "--http-port",
                 str(port),
                 "--grpc-port",

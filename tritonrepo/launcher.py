@@ -26,7 +26,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -394,15 +393,3 @@ class TritonServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``tritonrepo-serve``; see :mod:`tritonrepo.serve` (kept here for ``python -m
-    tritonrepo.launcher``)."""
-    from tritonrepo.serve import main as serve_main
-
-    return serve_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -26,7 +26,7 @@ from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Command-line options of ``python -m tritonrepo.launcher``."""
+    """Command-line options of ``python -m tritonrepo.serve`` (``tritonrepo-serve``)."""
     p = argparse.ArgumentParser(
         prog="tritonrepo-serve",
         description="Run the embedded tritonserver on this model repository until interrupted.",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -43,6 +44,8 @@ from tritonrepo.embedded_server import (
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 
 DEFAULT_MODELS = ("text_embedding", "ctr_ranking", "ctr_session")
+# Where the Python backend's stubs keep their shared-memory regions (POSIX shm_open names).
+SHM_DIRECTORY = Path("/dev/shm")
 # Config sets that put Python-backend steps on the GPU, with the CUDA memory pool they need per
 # GPU: the Python backend moves GPU tensors between its stub processes and the server through
 # this pool, and a 512 x 256 x 384 FP16 batch of token embeddings alone is 100 MB (Triton's
@@ -153,6 +156,41 @@ def one_line(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+@dataclass(frozen=True)
+class StubProcess:
+    """One Python-backend stub process of a server (one per model instance).
+
+    Attributes:
+        pid: its process id.
+        instance: Triton's instance name, ``<model>_<group>_<index>`` (e.g.
+            ``text_embedding_tokenize_0_0``), as in "Stub process '...' is not healthy".
+        model: the model it serves (``instance`` without the two indices).
+        region: its shared-memory region's name in ``/dev/shm``.
+    """
+
+    pid: int
+    instance: str
+    model: str
+    region: str
+
+
+def _stub_process(pid: int, shm_prefix: str) -> StubProcess | None:
+    """The stub of ``pid`` if it belongs to the server with ``shm_prefix``; its command line is
+    ``stub <model file> <shm region> <default bytes> <growth bytes> <parent pid> <python backend
+    dir> <ipc bytes> <instance name> <runtime>`` (python_backend ``stub_launcher.cc``)."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    if len(args) < 9 or not args[0].endswith("triton_python_backend_stub"):
+        return None
+    if not args[2].startswith(shm_prefix):
+        return None
+    instance = args[8]
+    model = re.sub(r"_\d+_\d+$", "", instance)
+    return StubProcess(pid, instance, model, args[2])
+
+
 def _terminate_with_parent() -> None:
     """In the child before exec: SIGTERM it when the launcher dies, even by SIGKILL
     (Linux ``prctl(PR_SET_PDEATHSIG)``), so no server outlives its launcher or test run."""
@@ -176,6 +214,9 @@ class TritonServer:
         self.options = options or ServerOptions()
         self.process: subprocess.Popen[bytes] | None = None
         self._log_handle = None
+        # This server's own prefix for the Python backend's shared-memory regions (every
+        # Python-based backend takes it too), so stop() removes its regions and no other's.
+        self.shm_prefix = f"tritonrepo_{secrets.token_hex(4)}_"
 
     def command(self, backend_directory: Path) -> list[str]:
         """The full ``tritonserver`` command line."""
@@ -196,6 +237,7 @@ class TritonServer:
             "--exit-on-error=false",
             "--strict-readiness=true",
             f"--log-verbose={o.log_verbose}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
         ]
         if o.repository_key:
             restriction = repository_key.restriction(o.repository_key)
@@ -386,7 +428,37 @@ class TritonServer:
         if self._log_handle is not None:
             self._log_handle.close()
             self._log_handle = None
+        self.remove_shared_memory()
         return code
+
+    def stub_processes(self) -> list[StubProcess]:
+        """The live Python-backend stub processes of this server (Linux ``/proc``), by
+        instance name; [] when the server is not running."""
+        stubs = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                stub = _stub_process(int(entry.name), self.shm_prefix)
+                if stub is not None:
+                    stubs.append(stub)
+        return sorted(stubs, key=lambda s: s.instance)
+
+    def shared_memory_regions(self) -> list[Path]:
+        """This server's Python-backend shared-memory regions in ``/dev/shm`` (one per stub
+        process; each grows to the largest request its stub carried)."""
+        return sorted(SHM_DIRECTORY.glob(f"{self.shm_prefix}*"))
+
+    def remove_shared_memory(self) -> list[Path]:
+        """Remove the regions :meth:`shared_memory_regions` lists; call after the server has
+        exited. A stub that was killed never unlinks its region, and Triton does not either.
+
+        Returns the paths removed.
+        """
+        removed = []
+        for path in self.shared_memory_regions():
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+        return removed
 
     def __enter__(self) -> TritonServer:
         return self.start()

@@ -37,6 +37,7 @@ from tritonrepo_client.rollout import (
     rollback,
     rollout,
 )
+from tritonrepo_client.validation import parse_correlation_id, read_config_file
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,7 +46,12 @@ def _parser() -> argparse.ArgumentParser:
         "--url", help="server host:port (default 127.0.0.1:8000 for http, 127.0.0.1:8001 for grpc)"
     )
     p.add_argument("--protocol", choices=sorted(DEFAULT_URLS), default="http")
-    p.add_argument("--timeout", type=float, default=60.0, help="network timeout, seconds")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        help="deadline of each call, seconds (default 60; 300 for models/rollout/rollback, "
+        "whose loads are abandoned with the model's state when it passes)",
+    )
     p.add_argument(
         "--repository-key-file",
         type=Path,
@@ -186,7 +192,7 @@ def _tls(args: argparse.Namespace) -> GrpcTls | None:
 def _repository(args: argparse.Namespace) -> RepositoryClient:
     key = repository_key.resolve_key(args.repository_key_file)
     return RepositoryClient(
-        args.url, args.protocol, key=key or "", timeout_s=max(args.timeout, 300), tls=_tls(args)
+        args.url, args.protocol, key=key or "", timeout_s=args.timeout, tls=_tls(args)
     )
 
 
@@ -200,7 +206,7 @@ def _models(args: argparse.Namespace) -> int:
                     f"{row.name:<28} {row.version or '-':>7}  {row.state or '-':<12} {row.reason}"
                 )
         elif args.action == "load":
-            config = json.loads(args.config.read_text()) if args.config else None
+            config = read_config_file(args.config) if args.config else None
             repo.load(args.model, config)
             print(f"loaded {args.model} (versions {repo.versions(args.model)})")
         elif args.action == "unload":
@@ -260,8 +266,7 @@ def _rank(args: argparse.Namespace) -> int:
 
 
 def _session(args: argparse.Namespace) -> int:
-    cid = args.correlation_id
-    correlation_id: int | str = int(cid) if cid.isdigit() else cid
+    correlation_id = parse_correlation_id(args.correlation_id, protocol=args.protocol)
     stream = sys.stdin if args.events == "-" else open(args.events, encoding="utf-8")  # noqa: SIM115
     with (
         stream,
@@ -283,10 +288,16 @@ COMMANDS = {
 }
 
 
+# Commands that load or unload models: longer default deadline.
+CONTROL_COMMANDS = ("models", "rollout", "rollback", "heal")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; exit 0 on success, 1 on a server, connection or check failure (one line),
     2 on a usage error."""
     args = _parser().parse_args(argv)
+    if args.timeout is None:
+        args.timeout = 300.0 if args.command in CONTROL_COMMANDS else 60.0
     try:
         return COMMANDS[args.command](args)
     except (ClientError, ValueError, OSError) as exc:

@@ -10,6 +10,7 @@ from typing import TextIO
 import numpy as np
 
 from tritonrepo_client.connection import ModelClient, TritonConnection
+from tritonrepo_client.validation import check_correlation_id
 
 
 @dataclass(frozen=True)
@@ -117,11 +118,17 @@ class SessionClient(ModelClient):
     DEFAULT_MODEL = "ctr_session"
 
     def session(self, correlation_id: int | str) -> Session:
-        """A new session; ``correlation_id``: a non-zero int (< 2**64) or a non-empty str,
-        unique among the sessions open on the server."""
-        if correlation_id in (0, ""):
-            raise ValueError("correlation_id must be a non-zero int or a non-empty string")
-        return Session(self.connection, self.model, correlation_id)
+        """A new session; ``correlation_id``: an int in 1..2**64-1 (1..2**63-1 over gRPC) or a
+        str of 1..128 bytes (UTF-8), unique among the sessions open on the server.
+
+        Raises:
+            InvalidCorrelationId: (a ValueError) any other ID; nothing is sent.
+        """
+        return Session(
+            self.connection,
+            self.model,
+            check_correlation_id(correlation_id, protocol=self.connection.protocol),
+        )
 
     def replay(
         self, correlation_id: int | str, events: Iterable[dict]

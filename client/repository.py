@@ -7,6 +7,7 @@ with a key (:mod:`tritonrepo.repository_key`); :class:`RepositoryClient` sends i
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,8 +21,14 @@ from tritonrepo_client.connection import (
     ServerUnreachable,
     TritonConnection,
 )
+from tritonrepo_client.validation import check_config, check_files
 
 T = TypeVar("T")
+
+
+class ControlTimeout(ClientError):
+    """A load or unload did not finish within its deadline; the message gives the model's
+    state from the repository index."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,8 @@ class RepositoryClient:
         key: the model-repository key; ``None`` resolves it like the launcher does
             (``$TRITONREPO_REPOSITORY_KEY``, ``$TRITONREPO_REPOSITORY_KEY_FILE``,
             ``build/repository.key``); ``""`` sends none.
-        timeout_s: network timeout per call, seconds (loads can take a while).
+        timeout_s: deadline of each call, seconds, loads and unloads included (they are run
+            on a worker thread and abandoned when it passes: :class:`ControlTimeout`).
         tls: gRPC over TLS (:class:`tritonrepo_client.connection.GrpcTls`).
     """
 
@@ -57,6 +65,8 @@ class RepositoryClient:
     ) -> None:
         self.connection = TritonConnection(url, protocol, timeout_s, tls)
         self.protocol = protocol
+        self.timeout_s = timeout_s
+        self._tls = tls
         self.key = repository_key.resolve_key() if key is None else key
         self.headers = repository_key.headers(self.key, protocol)
 
@@ -64,11 +74,12 @@ class RepositoryClient:
     def _client(self) -> Any:
         return self.connection.client
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
-        """:meth:`TritonConnection.call`, saying whether a refused key was missing or wrong
-        (Triton's own message names the expected header in both cases)."""
+    def _call(self, what: str, fn: Callable[[], T], conn: TritonConnection | None = None) -> T:
+        """:meth:`TritonConnection.call` (on ``conn``, default this client's connection), saying
+        whether a refused key was missing or wrong (Triton's own message names the expected
+        header in both cases)."""
         try:
-            return self.connection.call(what, fn)
+            return (conn or self.connection).call(what, fn)
         except ServerUnreachable:
             raise
         except ClientError as exc:
@@ -120,40 +131,110 @@ class RepositoryClient:
         model: str,
         config: dict[str, Any] | None = None,
         files: dict[str, bytes] | None = None,
+        timeout_s: float | None = None,
     ) -> None:
         """Load or reload ``model``; returns when Triton has finished (or raises).
 
         ``config`` replaces the on-disk config for this load (and later plain loads: Triton
         keeps an override until the model is unloaded). ``files`` maps ``"file:<version>/<name>"``
         to content; with files, the uploaded versions replace the model's folder, so upload every
-        version the ``config``'s version_policy names.
+        version the ``config``'s version_policy names. Both are checked before anything is sent
+        (:mod:`tritonrepo_client.validation`).
+
+        Args:
+            timeout_s: deadline in seconds (default: the client's ``timeout_s``).
 
         Raises:
+            InvalidOverride: ``config`` does not parse into ModelConfig, or a Python model's
+                uploaded version lacks model.py.
+            ControlTimeout: not finished within the deadline (the message gives its state).
             ClientError: Triton refused or the load failed (its message says why).
             ValueError: ``files`` without ``config`` (Triton requires both).
         """
         if files and config is None:
             raise ValueError("Triton's load API takes file overrides only with a config")
+        if config is not None:
+            check_config(config, f"config override of {model}")
+            check_files(config, files or {}, f"override files of {model}")
         payload = json.dumps(config) if config is not None else None
-        self._call(
+        self._with_deadline(
             f"load {model}",
-            lambda: self._client.load_model(
+            model,
+            timeout_s,
+            lambda client: client.load_model(
                 model, headers=self.headers, config=payload, files=files
             ),
         )
 
-    def unload(self, model: str, dependents: bool = False) -> None:
+    def unload(self, model: str, dependents: bool = False, timeout_s: float | None = None) -> None:
         """Unload ``model`` (and, with ``dependents``, the models it uses, e.g. ensemble steps).
 
+        Args:
+            timeout_s: deadline in seconds (default: the client's ``timeout_s``).
+
         Raises:
+            ControlTimeout: not finished within the deadline.
             ClientError: Triton refused (e.g. missing key).
         """
-        self._call(
+        self._with_deadline(
             f"unload {model}",
-            lambda: self._client.unload_model(
+            model,
+            timeout_s,
+            lambda client: client.unload_model(
                 model, headers=self.headers, unload_dependents=dependents
             ),
         )
+
+    def _with_deadline(
+        self, what: str, model: str, timeout_s: float | None, fn: Callable[[Any], object]
+    ) -> None:
+        """Run ``fn(client)`` on a worker thread with a connection of its own (tritonclient's
+        HTTP client belongs to the thread that made it), and give up after ``timeout_s``
+        seconds: Triton's load call has no deadline of its own and never returns for some
+        broken models. The abandoned call is left to finish or hang in its daemon thread."""
+        deadline = self.timeout_s if timeout_s is None else timeout_s
+        outcome: dict[str, BaseException | None] = {}
+
+        def work() -> None:
+            try:
+                with TritonConnection(
+                    self.connection.url, self.protocol, deadline + 5.0, self._tls
+                ) as conn:
+                    self._call(what, lambda: fn(conn.client), conn)
+                outcome["error"] = None
+            except BaseException as exc:  # handed to the caller's thread
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=work, name=f"tritonrepo {what}", daemon=True)
+        worker.start()
+        worker.join(deadline)
+        if "error" not in outcome:
+            raise ControlTimeout(
+                f"{what} did not finish within {deadline:.0f} s; {self._state_line(model)}"
+            )
+        if outcome["error"] is not None:
+            raise outcome["error"]
+
+    def _state_line(self, model: str) -> str:
+        """What the index says of ``model`` now, e.g. "Triton reports x version 1: LOADING"."""
+        try:
+            rows = [r for r in self.index() if r.name == model]
+        except ClientError as exc:
+            return f"its state is unknown ({exc})"
+        if not rows:
+            return f"Triton does not list {model} in its repository index"
+        states = "; ".join(
+            f"version {r.version or '-'}: {r.state or 'unknown'}"
+            + (f" ({r.reason})" if r.reason else "")
+            for r in rows
+        )
+        hint = ""
+        if any(r.state == "LOADING" for r in rows):
+            hint = (
+                "; a model stuck LOADING (e.g. a Python model without model.py) is only cleared "
+                "by a server restart"
+            )
+        return f"Triton reports {model} {states}{hint}"
 
     def ready(self, model: str, version: str = "") -> bool:
         """Whether ``model`` (or one ``version``) is READY; needs no key."""
@@ -190,4 +271,4 @@ class RepositoryClient:
         self.close()
 
 
-__all__ = ["ClientError", "ModelVersionState", "RepositoryClient"]
+__all__ = ["ClientError", "ControlTimeout", "ModelVersionState", "RepositoryClient"]

@@ -4,7 +4,8 @@ Triton's dynamic batcher hands ``execute`` a list of requests. :class:`PythonSte
 request's inputs, lets the subclass validate each one (:meth:`PythonStep.prepare`), runs all valid
 ones together (:meth:`PythonStep.run`) and answers each request on its own: a bad request gets an
 ``InferenceResponse(error=...)`` and the others in the batch are served. Nothing is raised out of
-``execute`` (that would fail every request of the batch).
+``execute`` (that would fail every request of the batch). Every error answer is also written
+to the server log with the model and the request id, rate-limited (:mod:`tritonrepo.error_log`).
 
 ``triton_python_backend_utils`` only exists inside the Python backend stub, so it is imported in
 :meth:`PythonStep.initialize`; the rest of this package is importable (and tested) without it.
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from tritonrepo.error_log import ErrorLog
 from tritonrepo.errors import InvalidRequest
 
 Outputs = dict[str, np.ndarray]
@@ -53,6 +55,7 @@ class PythonStep:
             key: value.get("string_value", "")
             for key, value in self.model_config.get("parameters", {}).items()
         }
+        self.error_log = ErrorLog(pb_utils.Logger.log_warn)
         self.output_dtypes = {
             out["name"]: pb_utils.triton_string_to_numpy(out["data_type"])
             for out in self.model_config["output"]
@@ -151,24 +154,34 @@ class PythonStep:
                 items.append(self.prepare(self.read_inputs(request)))
                 positions.append(i)
             except InvalidRequest as exc:
-                responses[i] = self.error_response(f"{self.model_name}: {exc}")
+                responses[i] = self._error(request, f"{self.model_name}: {exc}", True)
             except Exception as exc:  # a bug must not take the other requests down
-                responses[i] = self.error_response(
-                    f"{self.model_name}: internal error: {exc!r}", invalid_argument=False
-                )
+                message = f"{self.model_name}: internal error: {exc!r}"
+                responses[i] = self._error(request, message, False)
         if items:
             try:
                 results = self.run(items)
             except Exception as exc:
                 results = [exc] * len(items)
             for i, result in zip(positions, results, strict=True):
-                responses[i] = self._response(result)
+                responses[i] = self._response(requests[i], result)
         return responses
 
-    def _response(self, result: Outputs | Exception) -> Any:
+    def _error(self, request: Any, message: str, invalid_argument: bool) -> Any:
+        """The error answer to ``request``, also written to the server log (rate-limited)."""
+        log = getattr(self, "error_log", None)
+        if log is not None:
+            try:
+                request_id = request.request_id()
+            except Exception:
+                request_id = ""
+            log.error(self.model_name, request_id, message)
+        return self.error_response(message, invalid_argument)
+
+    def _response(self, request: Any, result: Outputs | Exception) -> Any:
         if isinstance(result, Exception):
-            return self.error_response(
-                f"{self.model_name}: {result}", invalid_argument=isinstance(result, InvalidRequest)
+            return self._error(
+                request, f"{self.model_name}: {result}", isinstance(result, InvalidRequest)
             )
         tensors = [self._tensor(name, value) for name, value in result.items()]
         return self.pb_utils.InferenceResponse(output_tensors=tensors)

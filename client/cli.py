@@ -7,6 +7,8 @@ Examples::
     tritonrepo-client rank --history 12 7 981 --candidates 5 66 981 4000 --top-k 2
     tritonrepo-client session --correlation-id user-42 events.jsonl   # or - for stdin
     tritonrepo-client health                      # exit 1 unless every ensemble answers
+    tritonrepo-client heal                        # reload steps whose stubs died; exit 1 if any
+    tritonrepo-client heal --watch --interval 10  # the same every 10 s (a sidecar)
     tritonrepo-client models list
     tritonrepo-client rollout text_embedding_encoder --version 2
     tritonrepo-client rollback text_embedding_encoder
@@ -25,6 +27,7 @@ import numpy as np
 from tritonrepo import repository_key
 from tritonrepo_client.connection import DEFAULT_URLS, ClientError, GrpcTls, TritonConnection
 from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matrix
+from tritonrepo_client.healing import ChangeLog, Healer, HealReport
 from tritonrepo_client.health import DEFAULT_MODELS, check_health
 from tritonrepo_client.ranking import RankingClient, SessionClient, read_events
 from tritonrepo_client.repository import RepositoryClient
@@ -104,6 +107,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     health.add_argument("--live", action="store_true", help="liveness only")
 
+    heal = sub.add_parser(
+        "heal",
+        help="probe every model, reload the steps whose Python stub died (needs the repository "
+        "key); exit 1 unless all serve afterwards",
+    )
+    heal.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        help=f"served model to probe (repeatable; default {', '.join(DEFAULT_MODELS)})",
+    )
+    heal.add_argument("--watch", action="store_true", help="heal every --interval until stopped")
+    heal.add_argument(
+        "--interval", type=float, default=10.0, help="with --watch: seconds between passes"
+    )
+    heal.add_argument(
+        "--backoff", type=float, default=30.0, help="seconds before retrying a failed reload"
+    )
+
     models = sub.add_parser("models", help="explicit model control (needs the repository key)")
     msub = models.add_subparsers(dest="action", required=True)
     msub.add_parser("list", help="repository index: models, versions, states")
@@ -180,6 +202,52 @@ def _health(args: argparse.Namespace) -> int:
     for check in checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
     return 0 if all(c.ok for c in checks) else 1
+
+
+def _heal(args: argparse.Namespace) -> int:
+    """``heal``: one pass (exit 0 if every model serves afterwards, else 1), or ``--watch``:
+    a pass every ``--interval`` seconds until SIGTERM/SIGINT (exit 0), printing what changed."""
+    if args.interval <= 0:
+        raise ValueError("--interval must be > 0 seconds")
+    with (
+        _repository(args) as repo,
+        TritonConnection(args.url, args.protocol, min(args.timeout, 60.0), _tls(args)) as conn,
+    ):
+        healer = Healer(repo, args.models or DEFAULT_MODELS, conn, backoff_s=args.backoff)
+        if not args.watch:
+            report = healer.heal_once()
+            _print_heal(report, report.lines())
+            return 0 if report.healthy else 1
+        return _heal_watch(healer, args.interval)
+
+
+def _print_heal(report: HealReport, lines: list[str]) -> None:
+    """What a pass did, then ``ok``/``FAIL`` per served model."""
+    for line in lines:
+        print(line, flush=True)
+    for model in report.probed:
+        error = report.failing.get(model)
+        print(f"FAIL {model}: {error}" if error else f"ok   {model}", flush=True)
+
+
+def _heal_watch(healer: Healer, interval_s: float) -> int:
+    import signal
+    import threading
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    changes = ChangeLog()
+
+    def on_report(report: HealReport) -> None:
+        for line in changes.lines(report):
+            print(line, flush=True)
+
+    print(f"healing {', '.join(healer.models)} every {interval_s:g} s", flush=True)
+    healer.watch(
+        interval_s, stop, on_report, lambda exc: print(f"error: {exc}", file=sys.stderr, flush=True)
+    )
+    return 0
 
 
 def _tls(args: argparse.Namespace) -> GrpcTls | None:
@@ -282,6 +350,7 @@ COMMANDS = {
     "rank": _rank,
     "session": _session,
     "health": _health,
+    "heal": _heal,
     "models": _models,
     "rollout": _rollout,
     "rollback": _rollout,

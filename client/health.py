@@ -1,9 +1,12 @@
 """Liveness and readiness checks that mean something: a real inference on each ensemble.
 
-A server can report READY while a model cannot serve (a broken step, a stub that died), so
-readiness here is: server ready, each model READY, and a probe inference whose output is
-checked. Used by ``tritonrepo-client health`` (exit status for container health checks) and by
-the launcher before it reports "ready".
+Liveness is the server answering (``GET /v2/health/live``). Readiness is "can serve": each
+model this deployment serves is READY and answers a probe inference whose output is checked.
+Triton's own server readiness (``GET /v2/health/ready``) is not used: with
+``--strict-readiness=true`` (Triton's default, the container's) any unrelated model that fails
+to load turns it false, and a model can be READY while it cannot serve (a stub that died).
+Used by ``tritonrepo-client health`` (exit status for container health checks), by the
+launcher before it reports "ready", and by :mod:`tritonrepo_client.healing`.
 """
 
 from __future__ import annotations
@@ -108,39 +111,61 @@ PROBES: dict[str, Callable[[TritonConnection, str], str]] = {
 def check_health(
     conn: TritonConnection, models: Sequence[str] = DEFAULT_MODELS, live_only: bool = False
 ) -> list[Check]:
-    """Run the checks in order, stopping at the first failure.
+    """Liveness, then every model's readiness and probe inference; one failing model does not
+    stop the checks of the others.
 
     Args:
         conn: connection to the server.
-        models: models whose readiness (and probe inference, where one is known) is checked.
+        models: the models this deployment serves: each is checked for READY and, where a probe
+            is known (``PROBES``), with a probe inference.
         live_only: only the liveness check (the process answers).
 
     Returns:
-        The checks run; all ``ok`` means healthy.
+        ``live``, then ``ready`` (all models serve; Triton's server readiness is only mentioned
+        when it disagrees), then ``<model> ready`` and ``<model> inference`` per model; all
+        ``ok`` means healthy. Only ``live`` when the server is not live.
     """
-    checks: list[Check] = []
+    live = _run("live", lambda: _state(conn.server_live(), "server", "live"))
+    if not live.ok or live_only:
+        return [live]
+    per_model = [check for model in models for check in _model_checks(conn, model)]
+    return [live, _summary(conn, models, per_model), *per_model]
 
-    def run(name: str, fn: Callable[[], tuple[bool, str]]) -> bool:
-        start = time.perf_counter()
-        try:
-            ok, detail = fn()
-        except ClientError as exc:
-            ok, detail = False, str(exc)
-        ms = (time.perf_counter() - start) * 1e3
-        checks.append(Check(name, ok, f"{detail} ({ms:.1f} ms)" if ok else detail))
-        return ok
 
-    def state(value: bool, subject: str, what: str) -> tuple[bool, str]:
-        return value, f"{subject} is {what}" if value else f"{subject} is not {what}"
+def _run(name: str, fn: Callable[[], tuple[bool, str]]) -> Check:
+    """One check; ``fn`` returns (ok, detail), a ClientError fails it; ok details get the time
+    taken in ms."""
+    start = time.perf_counter()
+    try:
+        ok, detail = fn()
+    except ClientError as exc:
+        ok, detail = False, str(exc)
+    ms = (time.perf_counter() - start) * 1e3
+    return Check(name, ok, f"{detail} ({ms:.1f} ms)" if ok else detail)
 
-    if not run("live", lambda: state(conn.server_live(), "server", "live")) or live_only:
-        return checks
-    if not run("ready", lambda: state(conn.server_ready(), "server", "ready")):
-        return checks
-    for model in models:
-        if not run(f"{model} ready", lambda m=model: state(conn.model_ready(m), "model", "READY")):
-            return checks
-        probe = PROBES.get(model)
-        if probe and not run(f"{model} inference", lambda m=model, p=probe: (True, p(conn, m))):
-            return checks
-    return checks
+
+def _state(value: bool, subject: str, what: str) -> tuple[bool, str]:
+    return value, f"{subject} is {what}" if value else f"{subject} is not {what}"
+
+
+def _model_checks(conn: TritonConnection, model: str) -> list[Check]:
+    """``<model> ready``, then ``<model> inference`` when it is READY and has a probe."""
+    ready = _run(f"{model} ready", lambda: _state(conn.model_ready(model), "model", "READY"))
+    probe = PROBES.get(model)
+    if not ready.ok or probe is None:
+        return [ready]
+    return [ready, _run(f"{model} inference", lambda: (True, probe(conn, model)))]
+
+
+def _summary(conn: TritonConnection, models: Sequence[str], checks: list[Check]) -> Check:
+    """``ready``: every served model passed its checks."""
+    failing = list(dict.fromkeys(c.name.rsplit(" ", 1)[0] for c in checks if not c.ok))
+    if failing:
+        return Check("ready", False, f"cannot serve: {', '.join(failing)}")
+    detail = f"all {len(models)} served models READY and answering"
+    try:
+        if not conn.server_ready():
+            detail += " (Triton's /v2/health/ready says not ready: another model failed; ignored)"
+    except ClientError:
+        pass
+    return Check("ready", True, detail)

@@ -129,6 +129,21 @@ def test_compose_healthcheck_probes_with_the_client(triton: dict) -> None:
     assert args.timeout < _seconds(check["timeout"])
 
 
+def test_compose_heal_sidecar_runs_the_clis_watch_with_the_key(compose: dict) -> None:
+    """The heal service runs `tritonrepo-client heal --watch` (flags the CLI's) against the
+    triton service, once it is healthy, with the repository key from the same secret."""
+    heal = compose["services"]["heal"]
+    assert heal["image"] == compose["services"]["triton"]["image"]
+    assert heal["depends_on"]["triton"]["condition"] == "service_healthy"
+    assert heal["entrypoint"] == ["tritonrepo-client"]
+    args = cli._parser().parse_args(heal["command"])
+    assert args.command == "heal" and args.watch and args.interval > 0
+    assert args.url == "triton:8000"
+    assert heal["environment"]["TRITONREPO_REPOSITORY_KEY_FILE"] == "/run/secrets/repository_key"
+    assert heal["secrets"] == ["repository_key"]
+    assert heal.get("read_only") is True
+
+
 def _seconds(duration: str) -> float:
     """A compose duration (``10s``, ``1m30s``) in seconds."""
     units = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3}

@@ -143,3 +143,18 @@ def test_loopback_addresses_are_recognised():
     assert exposure_problem("127.0.0.1", open_admin=True, insecure=False) is None
     assert exposure_problem("10.0.0.5", open_admin=False, insecure=False) is None
     assert exposure_problem("10.0.0.5", open_admin=True, insecure=True) is None
+
+
+def test_heal_interval_option():
+    """--heal-interval: 10 s by default, 0 turns the supervisor off, a negative one is refused
+    before anything starts."""
+    from tritonrepo.serve import parse_args
+
+    assert parse_args([]).heal_interval == 10.0
+    assert parse_args(["--heal-interval", "0"]).heal_interval == 0.0
+    out = subprocess.run(
+        [sys.executable, "-m", "tritonrepo.serve", "--heal-interval", "-1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert out.stderr == "error: --heal-interval must be >= 0 seconds (0 = off)\n"

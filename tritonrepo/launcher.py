@@ -12,10 +12,14 @@ benchmarks all go through :class:`TritonServer`. It
   otherwise, and streams the server log to a file,
 * restricts the model-repository API (index/load/unload) with a key when one is given
   (:mod:`tritonrepo.repository_key`),
-* waits for readiness — server READY, every model READY, and a real probe inference on each
-  (:mod:`tritonrepo_client.health`) — and turns every known failure (port in use, missing
-  artifact, model that fails to load or to serve, timeout) into a :class:`LaunchError` with a
-  one-line message.
+* waits for readiness — every requested model READY and a real probe inference on each
+  (:mod:`tritonrepo_client.health`), not Triton's server readiness, which runs with
+  ``--strict-readiness=false`` (a strict server turns not-ready when any unrelated model fails
+  to load) — and turns every known failure (port in use, missing artifact, model that fails to
+  load or to serve, timeout) into a :class:`LaunchError` with a one-line message,
+* optionally supervises the server (``ServerOptions.heal_interval_s``): a thread that probes the
+  models and reloads a step whose stub process died (:mod:`tritonrepo_client.healing`), logging
+  each restore on stderr.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -81,6 +87,10 @@ class ServerOptions:
     Python backend passes GPU tensors between processes (None: Triton's 64 MiB default, or
     the size in ``GPU_CONFIG_SETS`` when ``model_config_name`` is one of them).
     ``grpc_tls``: serve gRPC over TLS (:class:`GrpcServerTls`); HTTP TLS ends at a reverse proxy.
+    ``heal_interval_s``: seconds between the supervisor's passes (probe every model, reload the
+    steps whose stubs died: :mod:`tritonrepo_client.healing`); None or 0 = no supervisor.
+    ``heal_backoff_s``: seconds before the supervisor retries a step whose reload failed
+    (doubled each time, 3 attempts).
     """
 
     model_repository: Path = MODEL_REPOSITORY
@@ -98,6 +108,8 @@ class ServerOptions:
     extra_args: Sequence[str] = field(default_factory=tuple)
     cuda_memory_pool_bytes: int | None = None
     grpc_tls: GrpcServerTls | None = None
+    heal_interval_s: float | None = None
+    heal_backoff_s: float = 30.0
 
     @property
     def client_host(self) -> str:
@@ -191,6 +203,32 @@ def _stub_process(pid: int, shm_prefix: str) -> StubProcess | None:
     return StubProcess(pid, instance, model, args[2])
 
 
+class _StubWatch:
+    """The supervisor's second signal: instances of ``server``'s stubs seen alive before and
+    absent from two scans in a row (one scan per heal pass; a reload that Triton swaps in
+    replaces a stub without a gap, the second scan is a margin for it)."""
+
+    def __init__(self, server: TritonServer) -> None:
+        self._server = server
+        self._known: set[str] = set()
+        self._missing: set[str] = set()
+
+    def __call__(self) -> list[str]:
+        """Instance names that died (an unloaded model's too: the healer skips models that are
+        not loaded)."""
+        live = {s.instance for s in self._server.stub_processes()}
+        missing = self._known - live
+        dead = sorted(missing & self._missing)
+        self._missing = missing
+        self._known |= live
+        return dead
+
+
+def _log(line: str) -> None:
+    """One line on the launcher's stderr (``make serve`` shows it)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def _terminate_with_parent() -> None:
     """In the child before exec: SIGTERM it when the launcher dies, even by SIGKILL
     (Linux ``prctl(PR_SET_PDEATHSIG)``), so no server outlives its launcher or test run."""
@@ -214,6 +252,10 @@ class TritonServer:
         self.options = options or ServerOptions()
         self.process: subprocess.Popen[bytes] | None = None
         self._log_handle = None
+        self._supervisor: threading.Thread | None = None
+        self._supervisor_stop = threading.Event()
+        # What the supervisor did: tritonrepo_client.healing.StepReport, oldest first.
+        self.heal_reports: list = []
         # This server's own prefix for the Python backend's shared-memory regions (every
         # Python-based backend takes it too), so stop() removes its regions and no other's.
         self.shm_prefix = f"tritonrepo_{secrets.token_hex(4)}_"
@@ -235,7 +277,9 @@ class TritonServer:
             f"--metrics-port={o.metrics_port}",
             "--allow-gpu-metrics=false",
             "--exit-on-error=false",
-            "--strict-readiness=true",
+            # Readiness is judged per served model with a probe (tritonrepo_client.health): a
+            # strict server turns not-ready when any unrelated model fails to load.
+            "--strict-readiness=false",
             f"--log-verbose={o.log_verbose}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
         ]
@@ -323,6 +367,8 @@ class TritonServer:
         except BaseException:
             self.stop()
             raise
+        if self.options.heal_interval_s:
+            self.start_supervisor(self.options.heal_interval_s)
         return self
 
     def _wait_ready(self) -> None:
@@ -351,20 +397,33 @@ class TritonServer:
             )
             if failures:
                 raise LaunchError(failures)
-            while not client.is_server_ready():
-                if time.monotonic() > deadline:
-                    raise LaunchError(
-                        f"tritonserver was not ready within {o.startup_timeout_s:.0f} s; "
-                        f"see {o.log_file}"
-                    )
-                time.sleep(0.2)
+            self._wait_models_ready(client, deadline)
         finally:
             client.close()
-        unhealthy = [c for c in self.check_health() if not c.ok]
+        # The first failing model's own checks, not the "ready" summary naming them all.
+        unhealthy = [c for c in self.check_health() if not c.ok and c.name != "ready"]
         if unhealthy:
             raise LaunchError(
                 f"{unhealthy[0].name} failed: {one_line(unhealthy[0].detail)} (log: {o.log_file})"
             )
+
+    def _wait_models_ready(self, client, deadline: float) -> None:
+        """Poll until every requested model is READY (``time.monotonic()`` ``deadline``).
+
+        Raises:
+            LaunchError: not all READY by the deadline (the message names them).
+        """
+        o = self.options
+        while True:
+            waiting = [m for m in o.models if not client.is_model_ready(m)]
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise LaunchError(
+                    f"{', '.join(waiting)} not READY within {o.startup_timeout_s:.0f} s; "
+                    f"see {o.log_file}"
+                )
+            time.sleep(0.2)
 
     def check_health(self, live_only: bool = False) -> list:
         """Liveness/readiness with a probe inference per loaded model (HTTP).
@@ -415,6 +474,7 @@ class TritonServer:
         Returns the process exit code (``None`` if it was never started).
         """
         code = None
+        self.stop_supervisor()
         if self.process is not None:
             if self.process.poll() is None:
                 self.process.send_signal(signal.SIGTERM)
@@ -430,6 +490,62 @@ class TritonServer:
             self._log_handle = None
         self.remove_shared_memory()
         return code
+
+    def start_supervisor(self, interval_s: float) -> None:
+        """Start the thread that heals the served models every ``interval_s`` seconds (start()
+        does when ``options.heal_interval_s`` is set); its reports go to ``heal_reports``."""
+        self.stop_supervisor()
+        self._supervisor_stop.clear()
+        self._supervisor = threading.Thread(
+            target=self._supervise, args=(interval_s,), name="tritonrepo heal", daemon=True
+        )
+        self._supervisor.start()
+
+    def _supervise(self, interval_s: float) -> None:
+        """The supervisor thread: :meth:`tritonrepo_client.healing.Healer.watch` over HTTP with
+        the repository key; each restore (or failed one) is one ``heal:`` line on stderr."""
+        from tritonrepo_client.connection import TritonConnection
+        from tritonrepo_client.healing import ChangeLog, Healer
+        from tritonrepo_client.repository import RepositoryClient
+
+        o = self.options
+        changes = ChangeLog()
+        last_error = [""]
+
+        def on_report(report) -> None:
+            self.heal_reports.extend(report.steps)
+            last_error[0] = ""
+            for line in changes.lines(report):
+                _log(f"heal: {line}")
+
+        def on_error(exc: Exception) -> None:
+            if str(exc) != last_error[0] and not self._supervisor_stop.is_set():
+                _log(f"heal: pass failed: {exc}")
+            last_error[0] = str(exc)
+
+        try:
+            with (
+                RepositoryClient(o.http_url, "http", key=o.repository_key or "") as repo,
+                TritonConnection(o.http_url, "http", timeout_s=30.0) as conn,
+            ):
+                healer = Healer(
+                    repo,
+                    o.models,
+                    conn,
+                    backoff_s=o.heal_backoff_s,
+                    dead_instances=_StubWatch(self),
+                )
+                healer.watch(interval_s, self._supervisor_stop, on_report, on_error)
+        except Exception as exc:  # the supervisor must say why it stopped, not vanish
+            _log(f"heal: supervisor stopped: {type(exc).__name__}: {exc}")
+
+    def stop_supervisor(self, timeout_s: float = 10.0) -> None:
+        """Stop the supervisor, waiting up to ``timeout_s`` seconds for a reload in progress
+        (a daemon thread: it cannot keep the process alive)."""
+        self._supervisor_stop.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout_s)
+            self._supervisor = None
 
     def stub_processes(self) -> list[StubProcess]:
         """The live Python-backend stub processes of this server (Linux ``/proc``), by

@@ -57,6 +57,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-file", type=Path, default=BUILD_DIR / "tritonserver.log")
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--startup-timeout", type=float, default=180.0, help="seconds")
+    p.add_argument(
+        "--heal-interval",
+        type=float,
+        default=10.0,
+        help="seconds between self-healing passes: probe every model and reload a step whose "
+        "Python stub process died (default 10; 0 = off)",
+    )
     p.add_argument("--grpc-tls-cert", type=Path, help="PEM certificate: serve gRPC over TLS")
     p.add_argument("--grpc-tls-key", type=Path, help="PEM private key of --grpc-tls-cert")
     p.add_argument(
@@ -138,6 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         print("error: gRPC TLS needs both --grpc-tls-cert and --grpc-tls-key", file=sys.stderr)
         return 1
+    if args.heal_interval < 0:
+        print("error: --heal-interval must be >= 0 seconds (0 = off)", file=sys.stderr)
+        return 1
     tls = (
         GrpcServerTls(args.grpc_tls_cert, args.grpc_tls_key, args.grpc_tls_client_ca)
         if args.grpc_tls_cert
@@ -161,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         startup_timeout_s=args.startup_timeout,
         repository_key=key,
         grpc_tls=tls,
+        heal_interval_s=args.heal_interval or None,
     )
     server = TritonServer(options)
     print(
@@ -181,6 +192,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"reachable from other machines on {host}: HTTP :{options.http_port}, gRPC "
             f":{options.grpc_port} (health, metadata, inference, configs and statistics without "
             f"a key), metrics :{options.metrics_port} (no key)",
+            flush=True,
+        )
+    if options.heal_interval_s:
+        print(
+            f"self-healing: every {options.heal_interval_s:g} s, a probe per model; a step whose "
+            "stub died is reloaded and logged as 'heal: ...' (--heal-interval 0 = off)",
             flush=True,
         )
     print(

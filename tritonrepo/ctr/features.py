@@ -78,8 +78,36 @@ def check_candidates(candidates: np.ndarray, name: str = "CANDIDATES") -> np.nda
     return flat
 
 
+def check_history(history: np.ndarray, name: str = "HISTORY") -> np.ndarray:
+    """Validate a request's history ids (newest last).
+
+    Args:
+        history: INT64 array holding 0..``spec.MAX_HISTORY`` (4096) ids (any shape; flattened).
+
+    Returns:
+        INT64 ``[h]``.
+
+    Raises:
+        InvalidRequest: more than ``spec.MAX_HISTORY`` ids (the message gives the count and says
+            that only the last 63 are used).
+    """
+    flat = np.asarray(history, dtype=np.int64).reshape(-1)
+    if len(flat) > spec.MAX_HISTORY:
+        raise InvalidRequest(
+            f"{name} must hold at most {spec.MAX_HISTORY} item ids, got {len(flat)}; only the "
+            f"last {spec.HISTORY_LENGTH} are used, so send the most recent ones"
+        )
+    return flat
+
+
 def check_top_k(top_k: np.ndarray | None) -> int:
     """The request's ``TOP_K`` (INT32 ``[1]``, optional; default ``spec.DEFAULT_TOP_K``).
+
+    Any value from 1 to 2**31 - 1 is accepted; one above the number of candidates ``n`` is cut
+    to ``n`` later (:func:`tritonrepo.ctr.ranking.top_k`).
+
+    Returns:
+        The value as a Python int, ≥ 1.
 
     Raises:
         InvalidRequest: not exactly one value, or a value ≤ 0.

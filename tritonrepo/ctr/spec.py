@@ -28,7 +28,12 @@ MAX_ITEM_ID = VOCAB_SIZE - 1
 OOV_ID = PAD_ID
 
 MAX_CANDIDATES = 512  # per ctr_ranking / ctr_session request
-DEFAULT_TOP_K = 10
+# HISTORY ids accepted per ctr_ranking request. Only the last HISTORY_LENGTH (63) are used, so
+# a cap costs callers nothing but trimming; it bounds a request (4096 x 8 bytes = 32 KiB) where
+# Triton 2.51 itself accepts gRPC messages of up to 2 GB. Generous so that callers who send a
+# user's whole stored history (a few hundred to a few thousand events) are not refused.
+MAX_HISTORY = 4096
+DEFAULT_TOP_K = 10  # TOP_K is INT32: 1..2**31-1 accepted, anything above n is cut to n
 
 # Triton model names.
 RANKING_ENSEMBLE = "ctr_ranking"

@@ -10,6 +10,13 @@ SOURCE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 HIDDEN_SIZE = 384
 MAX_SEQ_LENGTH = 256
 MAX_BATCH_SIZE = 64  # max_batch_size of every text_embedding step and of the ensemble
+# Bytes of UTF-8 per text that the tokenizer accepts (its config parameter max_text_bytes).
+# The encoder reads only the first MAX_SEQ_LENGTH (256) tokens: about 1-1.5 KB of English
+# (WordPiece pieces average 4-5 characters), 0.8 KB of CJK (one 3-byte character per token).
+# 64 KiB is 40x that, so no real text near the truncation point is refused, and it bounds one
+# request to 64 x 64 KiB = 4 MiB of tokenizer work (a 1.6 MB text held the tokenizer for
+# seconds; 64 of them in one 100 MB gRPC request, which Triton 2.51 accepts, for minutes).
+MAX_TEXT_BYTES = 64 * 1024
 ONNX_OPSET = 17
 
 ENSEMBLE = "text_embedding"

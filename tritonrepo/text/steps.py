@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tritonrepo.errors import InvalidRequest
+from tritonrepo.text import spec
 from tritonrepo.text.pooling import mean_pool_normalize, mean_pool_normalize_torch
 from tritonrepo.text.tokenization import TextTokenizer, decode_texts
 from tritonrepo.triton_step import Outputs, PythonStep
@@ -20,7 +21,11 @@ class TokenizeStep(PythonStep):
     All requests of one dynamic batch are tokenized together and padded to the longest item of
     that batch, so their outputs share one ``seq`` and the encoder's dynamic batcher (which only
     joins requests of equal shape, as the TensorRT backend needs) can run them as one batch.
-    Config parameters: ``tokenizer_file`` (in the version folder), ``max_seq_length``.
+    Config parameters: ``tokenizer_file`` (in the version folder), ``max_seq_length``,
+    ``max_text_bytes`` (bytes of UTF-8 per text, default ``spec.MAX_TEXT_BYTES`` = 64 KiB).
+
+    Raises (per request, as its error): InvalidRequest for an empty tensor, a text over
+    ``max_text_bytes`` (checked before decoding and tokenizing) or one that is not UTF-8.
     """
 
     def setup(self) -> None:
@@ -28,9 +33,12 @@ class TokenizeStep(PythonStep):
             self.artifact(self.parameter("tokenizer_file", "tokenizer.json")),
             int(self.parameter("max_seq_length")),
         )
+        self.max_text_bytes = int(self.parameter("max_text_bytes", str(spec.MAX_TEXT_BYTES)))
+        if self.max_text_bytes <= 0:
+            raise ValueError(f"max_text_bytes must be > 0, got {self.max_text_bytes}")
 
     def prepare(self, inputs: dict[str, np.ndarray]) -> list[str]:
-        return decode_texts(inputs["TEXT"], "TEXT")
+        return decode_texts(inputs["TEXT"], "TEXT", max_bytes=self.max_text_bytes)
 
     def run(self, items: list[list[str]]) -> list[Outputs | Exception]:
         ids, mask = self.tokenizer.encode([text for texts in items for text in texts])

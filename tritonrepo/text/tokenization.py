@@ -9,22 +9,29 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from tritonrepo.errors import InvalidRequest
+from tritonrepo.text import spec
 
 
-def decode_texts(values: np.ndarray, name: str = "TEXT") -> list[str]:
+def decode_texts(values: np.ndarray, name: str = "TEXT", max_bytes: int | None = None) -> list[str]:
     """Decode a BYTES tensor (numpy object array of ``bytes``, any shape) into Python strings.
+
+    Every element's size is checked before it is decoded (and so before anything tokenizes it).
 
     Args:
         values: object array as the Python backend delivers a ``TYPE_STRING`` tensor, e.g. shape
-            ``[batch, 1]``; each element is ``bytes`` (or ``str``).
+            ``[batch, 1]``; each element is ``bytes`` (or ``str``, measured as UTF-8).
         name: tensor name used in error messages.
+        max_bytes: largest element accepted, in bytes of UTF-8 (the tokenizer's
+            ``max_text_bytes`` parameter); None accepts any size.
 
     Returns:
         ``batch`` strings, flattened in C order.
 
     Raises:
-        InvalidRequest: the tensor holds no element, or an element is not valid UTF-8 (the message
-            gives the index and byte offset).
+        InvalidRequest: the tensor holds no element; an element is larger than ``max_bytes``
+            (the message gives the index, its size and the limit, in bytes); or an element is not
+            valid UTF-8 (the message gives the index and byte offset). The first bad element in
+            C order is reported.
     """
     flat = np.asarray(values, dtype=object).reshape(-1)
     if flat.size == 0:
@@ -32,13 +39,25 @@ def decode_texts(values: np.ndarray, name: str = "TEXT") -> list[str]:
     texts = []
     for i, item in enumerate(flat):
         if isinstance(item, str):
+            raw = item.encode("utf-8", "surrogatepass")
+        elif isinstance(item, (bytes, bytearray, memoryview)):
+            raw = bytes(item)
+        else:
+            raise InvalidRequest(f"{name}[{i}] is a {type(item).__name__}, not a string")
+        if max_bytes is not None and len(raw) > max_bytes:
+            raise InvalidRequest(
+                f"{name}[{i}] is {len(raw)} bytes, over the limit of {max_bytes} bytes per text "
+                f"(parameter max_text_bytes); only a text's first {spec.MAX_SEQ_LENGTH} tokens "
+                "(about 1-2 KB) are embedded, so cut longer texts before sending them"
+            )
+        if isinstance(item, str):
             texts.append(item)
             continue
         try:
-            texts.append(bytes(item).decode("utf-8"))
+            texts.append(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise InvalidRequest(
-                f"{name}[{i}] is not valid UTF-8 (byte 0x{item[exc.start]:02x} at offset "
+                f"{name}[{i}] is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset "
                 f"{exc.start}); send UTF-8 encoded text"
             ) from None
     return texts

@@ -18,17 +18,26 @@ Command line: ``tritonrepo-client embed|rank|session|health|models|rollout|rollb
 (``--help``).
 """
 
-from tritonrepo_client.connection import (
+from tritonrepo_client.aio import (
+    AsyncEmbeddingClient,
+    AsyncRankingClient,
+    AsyncSession,
+    AsyncSessionClient,
+)
+from tritonrepo_client.connection import GrpcTls, TritonConnection
+from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matrix
+from tritonrepo_client.errors import (
     ClientError,
-    GrpcTls,
+    DeadlineExceeded,
+    RequestRejected,
+    ServerUnavailable,
     ServerUnreachable,
-    TritonConnection,
     VersionNotLoaded,
 )
-from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matrix
 from tritonrepo_client.health import Check, check_health
 from tritonrepo_client.ranking import Ranking, RankingClient, Session, SessionClient
 from tritonrepo_client.repository import ModelVersionState, RepositoryClient
+from tritonrepo_client.retry import RetryPolicy
 from tritonrepo_client.rollout import (
     CanaryResult,
     EmbeddingCanary,
@@ -40,9 +49,14 @@ from tritonrepo_client.rollout import (
 )
 
 __all__ = [
+    "AsyncEmbeddingClient",
+    "AsyncRankingClient",
+    "AsyncSession",
+    "AsyncSessionClient",
     "CanaryResult",
     "Check",
     "ClientError",
+    "DeadlineExceeded",
     "EmbeddingCanary",
     "EmbeddingClient",
     "GrpcTls",
@@ -50,8 +64,11 @@ __all__ = [
     "Ranking",
     "RankingClient",
     "RepositoryClient",
+    "RequestRejected",
+    "RetryPolicy",
     "RolloutError",
     "RolloutReport",
+    "ServerUnavailable",
     "ServerUnreachable",
     "Session",
     "SessionClient",

@@ -1,8 +1,11 @@
-"""One connection to a Triton server over HTTP or gRPC, with errors explained in one line."""
+"""One connection to a Triton server over HTTP or gRPC, safe to share between threads, with
+deadlines, retries and errors explained in one line (:mod:`tritonrepo_client.errors`)."""
 
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,37 +14,23 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import np_to_triton_dtype
+
+from tritonrepo_client.errors import (
+    ClientError,
+    DeadlineExceeded,
+    RequestRejected,
+    ServerUnavailable,
+    ServerUnreachable,
+    VersionNotLoaded,
+    _reason,
+    classify,
+)
+from tritonrepo_client.retry import NO_RETRY, RetryPolicy
 
 Protocol = Literal["http", "grpc"]
 DEFAULT_URLS: dict[str, str] = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 T = TypeVar("T")
-
-
-class ClientError(RuntimeError):
-    """The server answered with an error; the message is Triton's, on one line."""
-
-
-class ServerUnreachable(ClientError):
-    """No Triton server answers at the URL."""
-
-
-class VersionNotLoaded(ClientError):
-    """A request named a model version that the server has not loaded."""
-
-
-# gRPC reports connection failures as UNAVAILABLE with one of these texts; Triton also uses
-# UNAVAILABLE for its own errors (e.g. an unknown model), so the status alone is not enough.
-_UNREACHABLE_TEXTS = ("failed to connect", "connection refused", "socket closed", "dns resolution")
-
-
-def _is_unreachable(exc: BaseException) -> bool:
-    if isinstance(exc, (ConnectionError, OSError, TimeoutError)):
-        return True
-    if isinstance(exc, InferenceServerException):
-        text = str(exc.message() or "").lower()
-        return any(marker in text for marker in _UNREACHABLE_TEXTS)
-    return False
 
 
 @dataclass(frozen=True)
@@ -59,14 +48,45 @@ class GrpcTls:
     client_key: str | Path | None = None
 
 
+def build_request(
+    module: Any, inputs: dict[str, np.ndarray], outputs: Sequence[str]
+) -> tuple[list[Any], list[Any]]:
+    """tritonclient ``InferInput`` / ``InferRequestedOutput`` lists for ``module``
+    (``tritonclient.http`` or ``tritonclient.grpc``) from numpy arrays (object arrays of bytes
+    for BYTES)."""
+    tensors = []
+    for name, value in inputs.items():
+        dtype = "BYTES" if value.dtype == object else np_to_triton_dtype(value.dtype)
+        tensor = module.InferInput(name, list(value.shape), dtype)
+        tensor.set_data_from_numpy(value)
+        tensors.append(tensor)
+    return tensors, [module.InferRequestedOutput(name) for name in outputs]
+
+
+def request_timeout_us(deadline_s: float) -> int:
+    """Triton's request ``timeout`` parameter (µs, >= 1) for a client deadline in seconds: a
+    model whose queue policy has ``allow_timeout_override`` drops the request from its queue
+    once it passes."""
+    return max(1, int(deadline_s * 1e6))
+
+
 class TritonConnection:
-    """A tritonclient HTTP or gRPC client behind one interface.
+    """A tritonclient HTTP or gRPC client behind one interface, safe to share across threads.
+
+    tritonclient's HTTP client (geventhttpclient) belongs to the thread that made it: shared
+    with a ``ThreadPoolExecutor`` its calls from other threads hung for good (issue 13). So each
+    thread that uses this connection gets an underlying client of its own (for gRPC too, one
+    channel per thread), made on first use and closed by :meth:`close`.
 
     Args:
         url: ``host:port`` (default 127.0.0.1:8000 for HTTP, 127.0.0.1:8001 for gRPC).
         protocol: ``"http"`` or ``"grpc"``.
-        timeout_s: network timeout in seconds for connecting and for each call.
+        timeout_s: deadline of each call, seconds (connecting included), unless the call
+            passes its own.
         tls: gRPC over TLS (HTTP TLS ends at the reverse proxy of the container path).
+        retry: retries of idempotent calls on ``unreachable`` / ``unavailable``
+            (:class:`tritonrepo_client.retry.RetryPolicy`; default 4 tries, 0.1 s doubling to
+            2 s, full jitter). Session events are never retried.
 
     Raises:
         ValueError: unknown protocol, or TLS asked for HTTP.
@@ -78,6 +98,7 @@ class TritonConnection:
         protocol: Protocol = "http",
         timeout_s: float = 60.0,
         tls: GrpcTls | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         if protocol not in DEFAULT_URLS:
             raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
@@ -86,43 +107,112 @@ class TritonConnection:
         self.protocol = protocol
         self.url = url or DEFAULT_URLS[protocol]
         self.timeout_s = timeout_s
+        self.tls = tls
+        self.retry = retry or RetryPolicy()
         self.module: Any = httpclient if protocol == "http" else grpcclient
-        if protocol == "http":
-            self.client: Any = httpclient.InferenceServerClient(
-                self.url, connection_timeout=timeout_s, network_timeout=timeout_s
-            )
-        elif tls is None:
-            self.client = grpcclient.InferenceServerClient(self.url)
-        else:
-            self.client = grpcclient.InferenceServerClient(
-                self.url,
-                ssl=True,
-                root_certificates=str(tls.root_cert),
-                private_key=str(tls.client_key) if tls.client_key else None,
-                certificate_chain=str(tls.client_cert) if tls.client_cert else None,
-            )
+        self._local = threading.local()
+        self._clients: list[Any] = []
+        self._lock = threading.Lock()
+        self._closed = False
 
-    def call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run ``fn``, translating failures into :class:`ClientError` / :class:`ServerUnreachable`.
+    @property
+    def client(self) -> Any:
+        """This thread's tritonclient ``InferenceServerClient`` (made on first use)."""
+        client = getattr(self._local, "client", None)
+        if client is None:
+            if self._closed:
+                raise ClientError(f"connection to {self.url} is closed")
+            client = self._new_client()
+            self._local.client = client
+            with self._lock:
+                self._clients.append(client)
+        return client
 
-        ``what`` names the action in the message (e.g. "infer text_embedding").
+    def _new_client(self) -> Any:
+        if self.protocol == "http":
+            return httpclient.InferenceServerClient(
+                self.url, connection_timeout=self.timeout_s, network_timeout=self.timeout_s
+            )
+        if self.tls is None:
+            return grpcclient.InferenceServerClient(self.url)
+        return grpcclient.InferenceServerClient(
+            self.url,
+            ssl=True,
+            root_certificates=str(self.tls.root_cert),
+            private_key=str(self.tls.client_key) if self.tls.client_key else None,
+            certificate_chain=str(self.tls.client_cert) if self.tls.client_cert else None,
+        )
+
+    def call(
+        self,
+        what: str,
+        fn: Callable[[], T],
+        retry: RetryPolicy | None = None,
+        timeout_s: float | None = None,
+    ) -> T:
+        """Run ``fn`` (which uses :attr:`client`), retrying per ``retry`` (default: no retry),
+        and translate failures into one :class:`ClientError` subclass.
+
+        Args:
+            what: names the action in messages (e.g. "infer text_embedding").
+            retry: the policy for this call; None = try once.
+            timeout_s: the HTTP call's deadline, seconds (gevent timeout; gRPC calls take
+                ``client_timeout`` instead); None = the client's network timeout.
+
+        Raises:
+            ServerUnreachable, DeadlineExceeded, ServerUnavailable, RequestRejected,
+            ClientError: what happened (``kind``), after ``attempts`` tries.
         """
-        try:
+        policy = retry or NO_RETRY
+        delays = policy.delays()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._once(fn, timeout_s)
+            except Exception as exc:
+                kind = classify(exc)
+                delay = next(delays, None) if kind.kind in policy.retry_on else None
+                if delay is None:
+                    raise self._error(kind, what, exc, attempt) from None
+                time.sleep(delay)
+
+    def _once(self, fn: Callable[[], T], timeout_s: float | None) -> T:
+        if self.protocol != "http" or timeout_s is None:
             return fn()
-        except Exception as exc:
-            if _is_unreachable(exc):
-                raise ServerUnreachable(
-                    f"cannot reach Triton at {self.url} over {self.protocol} ({what}): "
-                    f"{_reason(exc)}; is the server running (`make serve`) and the URL right?"
-                ) from None
-            raise ClientError(f"{what} failed: {_reason(exc)}") from None
+        import gevent
+
+        try:
+            with gevent.Timeout(timeout_s):
+                return fn()
+        except gevent.Timeout:  # a BaseException: would escape `except Exception`
+            raise TimeoutError(f"no answer within {timeout_s:g} s") from None
+
+    def _error(
+        self, kind: type[ClientError], what: str, exc: BaseException, attempts: int
+    ) -> ClientError:
+        tries = f" (after {attempts} tries)" if attempts > 1 else ""
+        if kind is ServerUnreachable:
+            return kind(
+                f"cannot reach Triton at {self.url} over {self.protocol} ({what}){tries}: "
+                f"{_reason(exc)}; is the server running (`make serve`) and the URL right?",
+                attempts,
+            )
+        if kind is DeadlineExceeded:
+            return kind(f"{what}: deadline exceeded{tries}: {_reason(exc)}", attempts)
+        return kind(f"{what} failed{tries}: {_reason(exc)}", attempts)
 
     def model_config(self, model: str) -> dict[str, Any]:
-        """The model's configuration as a dict (ModelConfig JSON field names)."""
+        """The model's configuration as a dict (ModelConfig JSON field names); retried like
+        inference (idempotent)."""
         if self.protocol == "http":
-            return self.call(f"config of {model}", lambda: self.client.get_model_config(model))
+            return self.call(
+                f"config of {model}", lambda: self.client.get_model_config(model), self.retry
+            )
         result = self.call(
-            f"config of {model}", lambda: self.client.get_model_config(model, as_json=True)
+            f"config of {model}",
+            lambda: self.client.get_model_config(model, as_json=True),
+            self.retry,
         )
         return result["config"]
 
@@ -152,24 +242,32 @@ class TritonConnection:
         inputs: dict[str, np.ndarray],
         outputs: Sequence[str],
         model_version: str = "",
+        timeout_s: float | None = None,
+        retry: bool = True,
         **kwargs: Any,
     ) -> dict[str, np.ndarray]:
         """One inference; ``inputs`` are numpy arrays (object arrays of bytes for BYTES).
 
+        Args:
+            timeout_s: this call's deadline, seconds (default: the connection's). It is both
+                the client's deadline and Triton's request ``timeout`` (µs), so a model whose
+                queue policy allows it drops the request once nobody waits for it.
+            retry: retry per the connection's policy; pass False for calls that are not
+                idempotent (sequence events; done for you when ``sequence_id`` is given).
+            kwargs: tritonclient ``infer`` arguments (``sequence_id``, ``request_id``, ...).
+
         Returns ``{output name: array}``.
 
         Raises:
-            ServerUnreachable, ClientError: see :meth:`call`.
+            ServerUnreachable, DeadlineExceeded, ServerUnavailable, RequestRejected,
+            VersionNotLoaded, ClientError: see :meth:`call`.
         """
-        tensors = []
-        for name, value in inputs.items():
-            dtype = "BYTES" if value.dtype == object else np_to_triton_dtype(value.dtype)
-            tensor = self.module.InferInput(name, list(value.shape), dtype)
-            tensor.set_data_from_numpy(value)
-            tensors.append(tensor)
-        requested = [self.module.InferRequestedOutput(name) for name in outputs]
+        deadline = self.timeout_s if timeout_s is None else timeout_s
+        tensors, requested = build_request(self.module, inputs, outputs)
+        kwargs.setdefault("timeout", request_timeout_us(deadline))
         if self.protocol == "grpc":
-            kwargs.setdefault("client_timeout", self.timeout_s)
+            kwargs.setdefault("client_timeout", deadline)
+        idempotent = retry and not kwargs.get("sequence_id")
         what = f"infer {model}" + (f" version {model_version}" if model_version else "")
         try:
             result = self.call(
@@ -177,8 +275,10 @@ class TritonConnection:
                 lambda: self.client.infer(
                     model, tensors, model_version=model_version, outputs=requested, **kwargs
                 ),
+                retry=self.retry if idempotent else None,
+                timeout_s=deadline,
             )
-        except ServerUnreachable:
+        except (ServerUnreachable, DeadlineExceeded):
             raise
         except ClientError as exc:
             text = str(exc)
@@ -197,9 +297,13 @@ class TritonConnection:
         )
 
     def close(self) -> None:
-        """Close the underlying client."""
-        with contextlib.suppress(Exception):
-            self.client.close()
+        """Close every thread's underlying client; later calls raise :class:`ClientError`."""
+        with self._lock:
+            clients, self._clients = self._clients, []
+            self._closed = True
+        for client in clients:
+            with contextlib.suppress(Exception):
+                client.close()
 
     def __enter__(self) -> TritonConnection:
         return self
@@ -215,8 +319,11 @@ class ModelClient:
         url: ``host:port`` of the server (defaults per protocol: 8000 HTTP, 8001 gRPC).
         protocol: ``"http"`` or ``"grpc"``.
         model: model name (default: the subclass's ``DEFAULT_MODEL``).
-        timeout_s: network timeout per call, seconds.
+        timeout_s: deadline per call, seconds (methods take their own ``timeout_s`` too).
         tls: gRPC over TLS (:class:`GrpcTls`).
+        retry: retries of idempotent calls (:class:`RetryPolicy`; never for session events).
+
+    A client is safe to share across threads (:class:`TritonConnection`).
     """
 
     DEFAULT_MODEL = ""
@@ -228,8 +335,9 @@ class ModelClient:
         model: str | None = None,
         timeout_s: float = 60.0,
         tls: GrpcTls | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
-        self.connection = TritonConnection(url, protocol, timeout_s, tls)
+        self.connection = TritonConnection(url, protocol, timeout_s, tls, retry)
         self.model = model or self.DEFAULT_MODEL
 
     def close(self) -> None:
@@ -246,9 +354,15 @@ class ModelClient:
 M = TypeVar("M", bound=ModelClient)
 
 
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, InferenceServerException):
-        text = exc.message() or str(exc)
-    else:
-        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return " ".join(str(text).split())
+__all__ = [
+    "ClientError",
+    "DeadlineExceeded",
+    "GrpcTls",
+    "ModelClient",
+    "RequestRejected",
+    "RetryPolicy",
+    "ServerUnavailable",
+    "ServerUnreachable",
+    "TritonConnection",
+    "VersionNotLoaded",
+]

@@ -33,10 +33,16 @@ class EmbeddingClient(ModelClient):
             self._max_batch_size = int(self.connection.model_config(self.model)["max_batch_size"])
         return self._max_batch_size
 
-    def embed(self, texts: Sequence[str | bytes], model_version: str = "") -> np.ndarray:
+    def embed(
+        self,
+        texts: Sequence[str | bytes],
+        model_version: str = "",
+        timeout_s: float | None = None,
+    ) -> np.ndarray:
         """Embed ``texts``; FP32 ``[len(texts), 384]``, rows L2-normalised.
 
-        More texts than the ensemble's ``max_batch_size`` are sent as several requests.
+        More texts than the ensemble's ``max_batch_size`` are sent as several requests, each
+        with the deadline ``timeout_s`` seconds (default: the client's).
 
         Raises:
             ValueError: ``texts`` is empty.
@@ -51,7 +57,11 @@ class EmbeddingClient(ModelClient):
         for start in range(0, len(encoded), chunk):
             batch = np.array(encoded[start : start + chunk], dtype=object).reshape(-1, 1)
             result = self.connection.infer(
-                self.model, {"TEXT": batch}, ["EMBEDDING"], model_version=model_version
+                self.model,
+                {"TEXT": batch},
+                ["EMBEDDING"],
+                model_version=model_version,
+                timeout_s=timeout_s,
             )
             parts.append(result["EMBEDDING"])
         return np.concatenate(parts, axis=0)

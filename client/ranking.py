@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Hashable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -47,10 +49,12 @@ class RankingClient(ModelClient):
         history: Sequence[int] | np.ndarray,
         candidates: Sequence[int] | np.ndarray,
         top_k: int | None = None,
+        timeout_s: float | None = None,
     ) -> Ranking:
         """Rank ``candidates`` (1..512 ids) for a user with ``history`` (ids, newest last).
 
         ``top_k`` defaults to the server's (10); it is cut to ``len(candidates)``.
+        ``timeout_s``: this call's deadline, seconds (default: the client's).
 
         Raises:
             ValueError: ids are not integers.
@@ -64,7 +68,7 @@ class RankingClient(ModelClient):
         }
         if top_k is not None:
             inputs["TOP_K"] = np.array([top_k], dtype=np.int32)
-        out = self.connection.infer(self.model, inputs, ["ITEM_IDS", "SCORES"])
+        out = self.connection.infer(self.model, inputs, ["ITEM_IDS", "SCORES"], timeout_s=timeout_s)
         return Ranking(out["ITEM_IDS"], out["SCORES"])
 
 
@@ -73,26 +77,95 @@ class Session:
 
     The first :meth:`send` carries START; pass ``end=True`` with the last event (Triton ends a
     sequence only with a request). A session unused for the model's idle timeout (10 min) is
-    dropped by the server; the next :meth:`send` then fails unless ``restart=True``.
+    dropped by the server; the next :meth:`send` then fails.
+
+    Events reach the server in the order :meth:`send` was called, even from several threads
+    that do not wait for each other: each call takes a ticket and waits for the previous
+    event's answer before it is sent (one event of a correlation ID in flight at a time, as a
+    sequence needs); :meth:`submit` does the same without blocking the caller (the sessions of
+    one client share its worker threads). Events are never retried: the server may have
+    recorded a lost answer's event already.
     """
 
-    def __init__(self, connection: TritonConnection, model: str, correlation_id: Hashable):
+    def __init__(
+        self,
+        connection: TritonConnection,
+        model: str,
+        correlation_id: Hashable,
+        executor: ThreadPoolExecutor | None = None,
+    ):
         self.connection = connection
+        self._executor = executor or ThreadPoolExecutor(1)
         self.model = model
         self.correlation_id = correlation_id
         self.started = False
         self.ended = False
+        self._turn = threading.Condition()
+        self._tickets = 0  # tickets handed out
+        self._serving = 0  # ticket whose event may be sent now
 
     def send(
-        self, item_id: int, candidates: Sequence[int] | np.ndarray, end: bool = False
+        self,
+        item_id: int,
+        candidates: Sequence[int] | np.ndarray,
+        end: bool = False,
+        timeout_s: float | None = None,
     ) -> Ranking:
         """Record the event ``item_id`` and rank ``candidates`` (all of them, descending).
+
+        Args:
+            timeout_s: deadline of this event's call, seconds (default: the client's), not
+                counting the wait for earlier events of this session.
 
         Raises:
             RuntimeError: the session has ended.
             ClientError: the server rejected the event (its message says why); the session's
                 state is unchanged by a rejected event.
         """
+        return self._in_turn(self._ticket(), item_id, candidates, end, timeout_s)
+
+    def submit(
+        self,
+        item_id: int,
+        candidates: Sequence[int] | np.ndarray,
+        end: bool = False,
+        timeout_s: float | None = None,
+    ) -> Future[Ranking]:
+        """:meth:`send` without waiting: the event takes its place in the session now and is
+        sent after the earlier ones; the future gives its :class:`Ranking` or exception."""
+        ticket = self._ticket()
+        return self._executor.submit(self._in_turn, ticket, item_id, candidates, end, timeout_s)
+
+    def _ticket(self) -> int:
+        with self._turn:
+            self._tickets += 1
+            return self._tickets - 1
+
+    def _in_turn(
+        self,
+        ticket: int,
+        item_id: int,
+        candidates: Sequence[int] | np.ndarray,
+        end: bool,
+        timeout_s: float | None,
+    ) -> Ranking:
+        with self._turn:
+            while self._serving != ticket:
+                self._turn.wait()
+        try:
+            return self._send(item_id, candidates, end, timeout_s)
+        finally:
+            with self._turn:
+                self._serving += 1
+                self._turn.notify_all()
+
+    def _send(
+        self,
+        item_id: int,
+        candidates: Sequence[int] | np.ndarray,
+        end: bool,
+        timeout_s: float | None,
+    ) -> Ranking:
         if self.ended:
             raise RuntimeError(f"session {self.correlation_id!r} has ended")
         out = self.connection.infer(
@@ -102,6 +175,8 @@ class Session:
                 "CANDIDATES": _ids(candidates, "candidates"),
             },
             ["ITEM_IDS", "SCORES"],
+            timeout_s=timeout_s,
+            retry=False,
             sequence_id=self.correlation_id,
             sequence_start=not self.started,
             sequence_end=end,
@@ -116,6 +191,21 @@ class SessionClient(ModelClient):
     ``model`` defaults to ``ctr_session``)."""
 
     DEFAULT_MODEL = "ctr_session"
+    # Worker threads behind Session.submit, shared by the client's sessions (FIFO, so an
+    # event's predecessors were always picked up before it: no deadlock).
+    SUBMIT_THREADS = 16
+    _executor: ThreadPoolExecutor | None = None
+
+    def _workers(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.SUBMIT_THREADS, "tritonrepo-session")
+        return self._executor
+
+    def close(self) -> None:
+        """Wait for submitted events, then close the connection."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        super().close()
 
     def session(self, correlation_id: int | str) -> Session:
         """A new session; ``correlation_id``: an int in 1..2**64-1 (1..2**63-1 over gRPC) or a
@@ -128,6 +218,7 @@ class SessionClient(ModelClient):
             self.connection,
             self.model,
             check_correlation_id(correlation_id, protocol=self.connection.protocol),
+            self._workers(),
         )
 
     def replay(

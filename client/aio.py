@@ -1,0 +1,359 @@
+"""asyncio clients: the same models and methods as the thread-based clients, on
+``tritonclient.http.aio`` (aiohttp) and ``tritonclient.grpc.aio``.
+
+Example::
+
+    async with AsyncEmbeddingClient("127.0.0.1:8001", "grpc") as client:
+        vectors = await asyncio.gather(*(client.embed([t]) for t in texts))
+
+Errors, deadlines and retries behave as in :class:`tritonrepo_client.TritonConnection`:
+every failure is one :class:`tritonrepo_client.errors.ClientError` subclass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as grpc_aio
+import tritonclient.http as httpclient
+import tritonclient.http.aio as http_aio
+
+from tritonrepo_client.connection import (
+    DEFAULT_URLS,
+    GrpcTls,
+    Protocol,
+    build_request,
+    request_timeout_us,
+)
+from tritonrepo_client.errors import (
+    ClientError,
+    DeadlineExceeded,
+    ServerUnreachable,
+    _reason,
+    classify,
+)
+from tritonrepo_client.ranking import Ranking, _ids
+from tritonrepo_client.retry import NO_RETRY, RetryPolicy
+from tritonrepo_client.validation import check_correlation_id
+
+A = TypeVar("A", bound="AsyncModelClient")
+
+
+class AsyncTritonConnection:
+    """An asyncio tritonclient HTTP or gRPC client (arguments as
+    :class:`tritonrepo_client.TritonConnection`). Use it from one event loop.
+
+    Raises:
+        ValueError: unknown protocol, or TLS asked for HTTP.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        protocol: Protocol = "http",
+        timeout_s: float = 60.0,
+        tls: GrpcTls | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if protocol not in DEFAULT_URLS:
+            raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
+        if tls is not None and protocol != "grpc":
+            raise ValueError("TLS is for the gRPC endpoint; HTTP TLS ends at a reverse proxy")
+        self.protocol = protocol
+        self.url = url or DEFAULT_URLS[protocol]
+        self.timeout_s = timeout_s
+        self.retry = retry or RetryPolicy()
+        self.module: Any = httpclient if protocol == "http" else grpcclient
+        self._tls = tls
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        """The tritonclient aio client (made on first use, inside the running loop)."""
+        if self._client is None:
+            if self.protocol == "http":
+                self._client = http_aio.InferenceServerClient(self.url, conn_timeout=self.timeout_s)
+            elif self._tls is None:
+                self._client = grpc_aio.InferenceServerClient(self.url)
+            else:
+                tls = self._tls
+                self._client = grpc_aio.InferenceServerClient(
+                    self.url,
+                    ssl=True,
+                    root_certificates=str(tls.root_cert),
+                    private_key=str(tls.client_key) if tls.client_key else None,
+                    certificate_chain=str(tls.client_cert) if tls.client_cert else None,
+                )
+        return self._client
+
+    async def call(
+        self,
+        what: str,
+        make: Any,
+        retry: RetryPolicy | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """Await ``make()`` (a new coroutine per try) with a deadline of ``timeout_s`` seconds,
+        retrying per ``retry`` (default: once), failures as one ClientError subclass.
+
+        Raises:
+            ServerUnreachable, DeadlineExceeded, ServerUnavailable, RequestRejected,
+            ClientError: what happened, after ``attempts`` tries.
+        """
+        policy = retry or NO_RETRY
+        delays = policy.delays()
+        deadline = self.timeout_s if timeout_s is None else timeout_s
+        for attempt in itertools.count(1):
+            try:
+                return await asyncio.wait_for(make(), deadline)
+            except Exception as exc:
+                kind = classify(exc)
+                delay = next(delays, None) if kind.kind in policy.retry_on else None
+                if delay is None:
+                    tries = f" (after {attempt} tries)" if attempt > 1 else ""
+                    if kind is ServerUnreachable:
+                        message = f"cannot reach Triton at {self.url} over {self.protocol}"
+                        raise kind(f"{message} ({what}){tries}: {_reason(exc)}", attempt) from None
+                    if kind is DeadlineExceeded:
+                        message = f"{what}: deadline of {deadline:g} s exceeded{tries}"
+                        raise kind(message, attempt) from None
+                    raise kind(f"{what} failed{tries}: {_reason(exc)}", attempt) from None
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def infer(
+        self,
+        model: str,
+        inputs: dict[str, np.ndarray],
+        outputs: Sequence[str],
+        timeout_s: float | None = None,
+        retry: bool = True,
+        **kwargs: Any,
+    ) -> dict[str, np.ndarray]:
+        """One inference (as :meth:`tritonrepo_client.TritonConnection.infer`); sequence
+        events (``sequence_id`` given) are never retried.
+
+        Returns ``{output name: array}``.
+        """
+        deadline = self.timeout_s if timeout_s is None else timeout_s
+        tensors, requested = build_request(self.module, inputs, outputs)
+        kwargs.setdefault("timeout", request_timeout_us(deadline))
+        if self.protocol == "grpc":
+            kwargs.setdefault("client_timeout", deadline)
+        idempotent = retry and not kwargs.get("sequence_id")
+        result = await self.call(
+            f"infer {model}",
+            lambda: self.client.infer(model, tensors, outputs=requested, **kwargs),
+            retry=self.retry if idempotent else None,
+            timeout_s=deadline,
+        )
+        return {name: result.as_numpy(name) for name in outputs}
+
+    async def model_config(self, model: str) -> dict[str, Any]:
+        """The model's configuration (ModelConfig JSON field names)."""
+        if self.protocol == "http":
+            return await self.call(
+                f"config of {model}", lambda: self.client.get_model_config(model), self.retry
+            )
+        result = await self.call(
+            f"config of {model}",
+            lambda: self.client.get_model_config(model, as_json=True),
+            self.retry,
+        )
+        return result["config"]
+
+    async def close(self) -> None:
+        """Close the underlying client."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+
+class AsyncModelClient:
+    """Base of the asyncio model clients (arguments as
+    :class:`tritonrepo_client.connection.ModelClient`); ``async with`` closes it."""
+
+    DEFAULT_MODEL = ""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        protocol: Protocol = "http",
+        model: str | None = None,
+        timeout_s: float = 60.0,
+        tls: GrpcTls | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.connection = AsyncTritonConnection(url, protocol, timeout_s, tls, retry)
+        self.model = model or self.DEFAULT_MODEL
+
+    async def close(self) -> None:
+        """Close the connection."""
+        await self.connection.close()
+
+    async def __aenter__(self: A) -> A:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncEmbeddingClient(AsyncModelClient):
+    """:class:`tritonrepo_client.EmbeddingClient` for asyncio."""
+
+    DEFAULT_MODEL = "text_embedding"
+    _max_batch_size: int | None = None
+
+    async def embed(
+        self, texts: Sequence[str | bytes], timeout_s: float | None = None
+    ) -> np.ndarray:
+        """Embed ``texts``: FP32 ``[len(texts), 384]``, rows L2-normalised; more texts than
+        the ensemble's ``max_batch_size`` go as concurrent requests.
+
+        Raises:
+            ValueError: ``texts`` is empty.
+            ClientError: see :meth:`AsyncTritonConnection.call`.
+        """
+        if len(texts) == 0:
+            raise ValueError("embed() needs at least one text")
+        if self._max_batch_size is None:
+            config = await self.connection.model_config(self.model)
+            self._max_batch_size = int(config["max_batch_size"])
+        encoded = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
+        chunk = self._max_batch_size
+        parts = await asyncio.gather(
+            *(
+                self.connection.infer(
+                    self.model,
+                    {"TEXT": np.array(encoded[i : i + chunk], dtype=object).reshape(-1, 1)},
+                    ["EMBEDDING"],
+                    timeout_s=timeout_s,
+                )
+                for i in range(0, len(encoded), chunk)
+            )
+        )
+        return np.concatenate([p["EMBEDDING"] for p in parts], axis=0)
+
+
+class AsyncRankingClient(AsyncModelClient):
+    """:class:`tritonrepo_client.RankingClient` for asyncio."""
+
+    DEFAULT_MODEL = "ctr_ranking"
+
+    async def rank(
+        self,
+        history: Sequence[int] | np.ndarray,
+        candidates: Sequence[int] | np.ndarray,
+        top_k: int | None = None,
+        timeout_s: float | None = None,
+    ) -> Ranking:
+        """Rank ``candidates`` for a user with ``history`` (as the thread-based client).
+
+        Raises:
+            ValueError: ids are not integers.
+            ClientError: see :meth:`AsyncTritonConnection.call`.
+        """
+        inputs = {"HISTORY": _ids(history, "history"), "CANDIDATES": _ids(candidates, "candidates")}
+        if top_k is not None:
+            inputs["TOP_K"] = np.array([top_k], dtype=np.int32)
+        out = await self.connection.infer(
+            self.model, inputs, ["ITEM_IDS", "SCORES"], timeout_s=timeout_s
+        )
+        return Ranking(out["ITEM_IDS"], out["SCORES"])
+
+
+class AsyncSession:
+    """One session on ``ctr_session`` for asyncio; made by :meth:`AsyncSessionClient.session`.
+
+    :meth:`send` takes the event's place in the session when it is CALLED, not when it is
+    awaited: ``await asyncio.gather(s.send(1, c), s.send(2, c), s.send(3, c, end=True))``
+    sends 1, 2, 3 in that order, each after the previous answer (one event of a correlation
+    ID in flight at a time). Events are never retried.
+    """
+
+    def __init__(self, connection: AsyncTritonConnection, model: str, correlation_id: int | str):
+        self.connection = connection
+        self.model = model
+        self.correlation_id = correlation_id
+        self.started = False
+        self.ended = False
+        self._previous: asyncio.Future | None = None
+
+    def send(
+        self,
+        item_id: int,
+        candidates: Sequence[int] | np.ndarray,
+        end: bool = False,
+        timeout_s: float | None = None,
+    ) -> Awaitable[Ranking]:
+        """Queue the event ``item_id`` and return an awaitable of its :class:`Ranking` (all
+        candidates, descending). Call it from the event loop's thread.
+
+        Raises (when awaited):
+            RuntimeError: the session had ended.
+            ClientError: the server rejected the event; later events are still sent.
+        """
+        previous = self._previous
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._previous = done
+        ids = _ids(candidates, "candidates")
+
+        async def run() -> Ranking:
+            try:
+                if previous is not None:
+                    await asyncio.shield(previous)
+                return await self._send(item_id, ids, end, timeout_s)
+            finally:
+                done.set_result(None)
+
+        return asyncio.ensure_future(run())
+
+    async def _send(
+        self, item_id: int, candidates: np.ndarray, end: bool, timeout_s: float | None
+    ) -> Ranking:
+        if self.ended:
+            raise RuntimeError(f"session {self.correlation_id!r} has ended")
+        out = await self.connection.infer(
+            self.model,
+            {"ITEM_ID": np.array([item_id], dtype=np.int64), "CANDIDATES": candidates},
+            ["ITEM_IDS", "SCORES"],
+            timeout_s=timeout_s,
+            retry=False,
+            sequence_id=self.correlation_id,
+            sequence_start=not self.started,
+            sequence_end=end,
+        )
+        self.started = True
+        self.ended = end
+        return Ranking(out["ITEM_IDS"], out["SCORES"])
+
+
+class AsyncSessionClient(AsyncModelClient):
+    """:class:`tritonrepo_client.SessionClient` for asyncio."""
+
+    DEFAULT_MODEL = "ctr_session"
+
+    def session(self, correlation_id: int | str) -> AsyncSession:
+        """A new session (correlation ID rules of
+        :meth:`tritonrepo_client.SessionClient.session`).
+
+        Raises:
+            InvalidCorrelationId: (a ValueError) the ID cannot be sent; nothing is sent.
+        """
+        checked = check_correlation_id(correlation_id, protocol=self.connection.protocol)
+        return AsyncSession(self.connection, self.model, checked)
+
+
+__all__ = [
+    "AsyncEmbeddingClient",
+    "AsyncRankingClient",
+    "AsyncSession",
+    "AsyncSessionClient",
+    "AsyncTritonConnection",
+    "ClientError",
+]

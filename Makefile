@@ -34,8 +34,9 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 
 BENCH_ARGS ?=
+SOAK_MINUTES ?= 10
 
-.PHONY: help setup artifacts serve test bench bench-quick profile perf-deps int8-study lint clean \
+.PHONY: help setup artifacts serve test bench bench-quick profile perf-deps int8-study lint clean soak \
 	artifacts-gpu test-gpu bench-gpu build-plans serve-gpu
 
 help:
@@ -45,6 +46,7 @@ help:
 	@echo "make artifacts build the model files from the source weights"
 	@echo "make bench     the ensembles vs in-process and FastAPI baselines (~25 min; build/bench/)"
 	@echo "make bench-quick  the same harness, a few seconds per system (what CI runs)"
+	@echo "make soak      one server, mixed traffic for SOAK_MINUTES (10); leak checks (build/soak/)"
 	@echo "make profile   py-spy + Triton per-step statistics of text_embedding under load"
 	@echo "make int8-study   compare INT8 candidates for the text encoder (build/int8_study.md)"
 	@echo "make artifacts-gpu  on a GPU host: export the torch_gpu programs (FP16, accuracy-gated)"
@@ -97,6 +99,9 @@ bench: artifacts perf-deps
 
 bench-quick: artifacts perf-deps
 	$(PY) -m benchmarks --quick $(BENCH_ARGS)
+
+soak: artifacts
+	$(PY) -m benchmarks.soak --minutes $(SOAK_MINUTES)
 
 profile: artifacts perf-deps
 	$(PY) -m benchmarks.profile $(BENCH_ARGS)

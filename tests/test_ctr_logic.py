@@ -7,7 +7,13 @@ import pytest
 
 from tritonrepo.ctr import spec
 from tritonrepo.ctr.click_log import ClickLogGenerator, calibration_batches
-from tritonrepo.ctr.features import check_candidates, check_top_k, history_window, model_rows
+from tritonrepo.ctr.features import (
+    check_candidates,
+    check_history,
+    check_top_k,
+    history_window,
+    model_rows,
+)
 from tritonrepo.ctr.ranking import top_k
 from tritonrepo.ctr.sessions import SessionStore, UnknownSession
 from tritonrepo.errors import InvalidRequest
@@ -39,6 +45,40 @@ def test_request_checks():
         with pytest.raises(InvalidRequest, match=f"got {n}"):
             check_candidates(np.arange(n))
     assert check_candidates(np.arange(512)).shape == (512,)
+
+
+def test_history_cap_and_top_k_range():
+    assert check_history(np.arange(spec.MAX_HISTORY)).shape == (spec.MAX_HISTORY,)
+    assert check_history(np.array([], np.int64)).shape == (0,)
+    with pytest.raises(InvalidRequest, match=r"HISTORY must hold at most 4096 item ids, got 4097"):
+        check_history(np.arange(spec.MAX_HISTORY + 1))
+    int32_max = np.iinfo(np.int32).max
+    assert check_top_k(np.array([int32_max], np.int32)) == int32_max
+    with pytest.raises(InvalidRequest, match=r"TOP_K must be > 0, got -2147483648"):
+        check_top_k(np.array([np.iinfo(np.int32).min], np.int32))
+
+
+def test_preprocess_step_rejects_each_bound_with_its_own_message():
+    from tritonrepo.ctr.steps import PreprocessStep
+
+    step = PreprocessStep()
+    extremes = np.array([np.iinfo(np.int64).min, -1, 0, 10_000, np.iinfo(np.int64).max])
+    out = step.prepare(
+        {"HISTORY": extremes, "CANDIDATES": extremes, "TOP_K": np.array([2**31 - 1], np.int32)}
+    )
+    assert out["input_ids"].shape == (5, 64) and not out["input_ids"].any()  # all OOV -> 0
+    assert out["CANDIDATE_IDS"].tolist() == extremes.tolist() and out["K"].tolist() == [2**31 - 1]
+    good = {"HISTORY": np.arange(3), "CANDIDATES": np.arange(1, 4)}
+    for missing in ("HISTORY", "CANDIDATES"):  # named, should a config make them optional
+        with pytest.raises(InvalidRequest, match=f"input '{missing}' is missing"):
+            step.prepare({k: v for k, v in good.items() if k != missing})
+    for change, message in [
+        ({"HISTORY": np.arange(spec.MAX_HISTORY + 1)}, "HISTORY must hold at most 4096"),
+        ({"CANDIDATES": np.arange(513)}, "CANDIDATES must hold 1 to 512 item ids, got 513"),
+        ({"TOP_K": np.array([0], np.int32)}, "TOP_K must be > 0, got 0"),
+    ]:
+        with pytest.raises(InvalidRequest, match=message):
+            step.prepare({**good, **change})
 
 
 def test_top_k_descending_with_stable_ties_and_cut():

@@ -9,7 +9,13 @@ from typing import Any
 import numpy as np
 
 from tritonrepo.ctr import spec
-from tritonrepo.ctr.features import check_candidates, check_top_k, history_window, model_rows
+from tritonrepo.ctr.features import (
+    check_candidates,
+    check_history,
+    check_top_k,
+    history_window,
+    model_rows,
+)
 from tritonrepo.ctr.ranking import top_k
 from tritonrepo.ctr.sessions import SessionStore
 from tritonrepo.errors import InvalidRequest
@@ -17,19 +23,23 @@ from tritonrepo.triton_step import Outputs, PythonStep
 
 
 class PreprocessStep(PythonStep):
-    """``ctr_preprocess``: ``HISTORY`` INT64 ``[h]`` (any h ≥ 0), ``CANDIDATES`` INT64 ``[n]``
+    """``ctr_preprocess``: ``HISTORY`` INT64 ``[h]`` (0 ≤ h ≤ 4096), ``CANDIDATES`` INT64 ``[n]``
     (1 ≤ n ≤ 512), optional ``TOP_K`` INT32 ``[1]`` → ``input_ids`` INT64 ``[n, 64]``,
     ``CANDIDATE_IDS`` INT64 ``[n]`` (as sent), ``K`` INT32 ``[1]`` (TOP_K or the default 10).
 
-    Raises (per request, as its error): InvalidRequest for no or too many candidates, or
-    TOP_K ≤ 0.
+    Raises (per request, as its error): InvalidRequest for no or too many candidates, a history
+    over ``spec.MAX_HISTORY`` ids, or TOP_K ≤ 0.
     """
 
     def prepare(self, inputs: dict[str, np.ndarray]) -> Outputs:
+        for name in ("HISTORY", "CANDIDATES"):  # optional in the config: see its comment
+            if name not in inputs:
+                raise InvalidRequest(f"input '{name}' is missing")
         candidates = check_candidates(inputs["CANDIDATES"])
+        history = check_history(inputs["HISTORY"])
         k = check_top_k(inputs.get("TOP_K"))
         return {
-            spec.CORE_INPUT: model_rows(history_window(inputs["HISTORY"]), candidates),
+            spec.CORE_INPUT: model_rows(history_window(history), candidates),
             "CANDIDATE_IDS": candidates,
             "K": np.array([k], dtype=np.int32),
         }
@@ -81,6 +91,14 @@ class SessionStep(PythonStep):
     """
 
     IDLE_GRACE_S = 1.0
+    # Gauge of the sessions this instance holds (labels model, version, instance), on Triton's
+    # metrics endpoint; set after every execution, so START, END and evictions all show.
+    SESSIONS_METRIC = "tritonrepo_sessions_active"
+
+    def initialize(self, args: dict[str, str]) -> None:
+        self.instance_name = args.get("model_instance_name", "")
+        self.version = args.get("model_version", "")
+        super().initialize(args)
 
     def setup(self) -> None:
         idle_us = int(self.model_config["sequence_batching"]["max_sequence_idle_microseconds"])
@@ -89,6 +107,28 @@ class SessionStep(PythonStep):
             max_sessions=int(self.parameter("max_sessions")),
         )
         self.core_model = self.parameter("core_model", spec.CORE_MODEL)
+        # The family must outlive its metric: keep both.
+        self.sessions_family = self.pb_utils.MetricFamily(
+            name=self.SESSIONS_METRIC,
+            description="ctr_session sessions held in memory (started, not ended or evicted)",
+            kind=self.pb_utils.MetricFamily.GAUGE,
+        )
+        self.sessions_gauge = self.sessions_family.Metric(
+            labels={
+                "model": self.model_name,
+                "version": self.version,
+                "instance": self.instance_name,
+            }
+        )
+        self.sessions_gauge.set(0)
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """:meth:`PythonStep.execute`, then the sessions gauge set to the store's size (a
+        session an execution started, ended or evicted counts at once)."""
+        try:
+            return super().execute(requests)
+        finally:
+            self.sessions_gauge.set(len(self.sessions))
 
     def read_inputs(self, request: Any) -> dict[str, Any]:
         inputs: dict[str, Any] = super().read_inputs(request)

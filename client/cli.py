@@ -3,6 +3,7 @@
 Examples::
 
     tritonrepo-client embed "A man is eating food." "A man eats."
+    tritonrepo-client embed --input texts.txt --output vectors.npy --concurrency 8
     tritonrepo-client --protocol grpc embed --similarity "cat" "kitten" "car"
     tritonrepo-client rank --history 12 7 981 --candidates 5 66 981 4000 --top-k 2
     tritonrepo-client session --correlation-id user-42 events.jsonl   # or - for stdin
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from tritonrepo import repository_key
+from tritonrepo_client.bulk import embed_file
 from tritonrepo_client.connection import DEFAULT_URLS, ClientError, GrpcTls, TritonConnection
 from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matrix
 from tritonrepo_client.healing import ChangeLog, Healer, HealReport
@@ -76,6 +78,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     embed.add_argument("--model", default="text_embedding")
     embed.add_argument("--precision", type=int, default=4, help="decimals printed")
+    bulk = embed.add_argument_group("bulk job (a file of any length, bounded memory)")
+    bulk.add_argument("--input", type=Path, help="text file, one text per line")
+    bulk.add_argument("--output", type=Path, help="with --input: .npy file, FP32 [lines, 384]")
+    bulk.add_argument("--concurrency", type=int, default=4, help="requests in flight (default 4)")
+    bulk.add_argument("--batch-size", type=int, help="texts per request (default: max_batch_size)")
+    bulk.add_argument(
+        "--skip-bad-lines",
+        action="store_true",
+        help="give a line the server refuses a NaN row and go on (default: stop, naming it)",
+    )
+    bulk.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     rank = sub.add_parser("rank", help="top-K candidates for a user from ctr_ranking (JSON)")
     rank.add_argument("--history", type=int, nargs="*", default=[], help="item ids, newest last")
@@ -174,7 +187,32 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _embed_file(args: argparse.Namespace) -> int:
+    if args.output is None or args.texts:
+        print("error: --input needs --output and no texts on the command line", file=sys.stderr)
+        return 2
+    with EmbeddingClient(args.url, args.protocol, args.model, args.timeout, _tls(args)) as client:
+        report = embed_file(
+            client,
+            args.input,
+            args.output,
+            concurrency=args.concurrency,
+            batch_size=args.batch_size,
+            skip_bad_lines=args.skip_bad_lines,
+            progress=not args.no_progress,
+        )
+    for line, reason in report.bad_lines:
+        print(f"skipped {args.input}, line {line}: {reason}", file=sys.stderr)
+    print(
+        f"{report.lines} lines -> {args.output} in {report.seconds:.1f} s "
+        f"({report.texts_per_second:,.0f} texts/s, {len(report.bad_lines)} skipped)"
+    )
+    return 0
+
+
 def _embed(args: argparse.Namespace) -> int:
+    if args.input is not None:
+        return _embed_file(args)
     texts = args.texts or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not texts:
         print("error: no text given (pass texts as arguments or on stdin)", file=sys.stderr)

@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import re
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
 from tritonrepo_client.connection import ModelClient
+from tritonrepo_client.errors import RequestRejected
+
+# The tokenizer names a refused item of a batch as "TEXT[i]" (tritonrepo.text.tokenization).
+_ITEM = re.compile(r"TEXT\[(\d+)\]")
+
+
+class BadText(RequestRejected):
+    """The server refused one text of a bulk job; ``index`` is its 0-based position in the
+    input (the line number minus one for a file)."""
+
+    def __init__(self, message: str, index: int) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 def cosine_similarity_matrix(vectors: np.ndarray) -> np.ndarray:
@@ -65,3 +82,46 @@ class EmbeddingClient(ModelClient):
             )
             parts.append(result["EMBEDDING"])
         return np.concatenate(parts, axis=0)
+
+    def embed_iter(
+        self,
+        texts: Iterable[str | bytes],
+        batch_size: int | None = None,
+        concurrency: int = 4,
+        timeout_s: float | None = None,
+    ) -> Iterator[np.ndarray]:
+        """Embed a stream of texts of any length with bounded memory: yields FP32
+        ``[b, 384]`` arrays, one per batch of ``batch_size`` texts (default: the ensemble's
+        ``max_batch_size``), in input order, with at most ``concurrency`` requests in flight.
+
+        Raises:
+            BadText: the server refused a text (its ``index`` in the stream is named).
+            ValueError: ``concurrency`` < 1 or ``batch_size`` < 1.
+            ClientError: any other failure (see :meth:`embed`).
+        """
+        size = batch_size or self.max_batch_size
+        if size < 1 or concurrency < 1:
+            raise ValueError(f"batch_size and concurrency must be >= 1, got {size}, {concurrency}")
+        items = iter(texts)
+        pending: deque[tuple[int, Future[np.ndarray]]] = deque()
+        with ThreadPoolExecutor(concurrency, "tritonrepo-embed") as pool:
+            start = 0
+            while True:
+                while len(pending) < concurrency:
+                    batch = list(itertools.islice(items, size))
+                    if not batch:
+                        break
+                    pending.append((start, pool.submit(self.embed, batch, "", timeout_s)))
+                    start += len(batch)
+                if not pending:
+                    return
+                offset, future = pending.popleft()
+                try:
+                    yield future.result()
+                except RequestRejected as exc:
+                    for _, other in pending:
+                        other.cancel()
+                    match = _ITEM.search(str(exc))
+                    if match is None:
+                        raise
+                    raise BadText(str(exc), offset + int(match.group(1))) from None

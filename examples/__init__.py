@@ -1,0 +1,1 @@
+"""Example applications built on the project's clients (``examples/<name>/README.md``)."""

@@ -24,11 +24,12 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as http_aio
 
 from tritonrepo_client.connection import (
-    DEFAULT_URLS,
     GrpcTls,
     Protocol,
     build_request,
+    grpc_tls_arguments,
     request_timeout_us,
+    resolve_url,
 )
 from tritonrepo_client.errors import (
     ClientError,
@@ -37,7 +38,7 @@ from tritonrepo_client.errors import (
     _reason,
     classify,
 )
-from tritonrepo_client.ranking import Ranking, _ids
+from tritonrepo_client.ranking import OUTPUTS, Ranking, SessionEvents, _ids
 from tritonrepo_client.retry import NO_RETRY, RetryPolicy
 from tritonrepo_client.validation import check_correlation_id
 
@@ -60,12 +61,8 @@ class AsyncTritonConnection:
         tls: GrpcTls | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
-        if protocol not in DEFAULT_URLS:
-            raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
-        if tls is not None and protocol != "grpc":
-            raise ValueError("TLS is for the gRPC endpoint; HTTP TLS ends at a reverse proxy")
+        self.url = resolve_url(url, protocol, tls)
         self.protocol = protocol
-        self.url = url or DEFAULT_URLS[protocol]
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
         self.module: Any = httpclient if protocol == "http" else grpcclient
@@ -78,16 +75,9 @@ class AsyncTritonConnection:
         if self._client is None:
             if self.protocol == "http":
                 self._client = http_aio.InferenceServerClient(self.url, conn_timeout=self.timeout_s)
-            elif self._tls is None:
-                self._client = grpc_aio.InferenceServerClient(self.url)
             else:
-                tls = self._tls
                 self._client = grpc_aio.InferenceServerClient(
-                    self.url,
-                    ssl=True,
-                    root_certificates=str(tls.root_cert),
-                    private_key=str(tls.client_key) if tls.client_key else None,
-                    certificate_chain=str(tls.client_cert) if tls.client_cert else None,
+                    self.url, **grpc_tls_arguments(self._tls)
                 )
         return self._client
 
@@ -267,7 +257,7 @@ class AsyncRankingClient(AsyncModelClient):
         return Ranking(out["ITEM_IDS"], out["SCORES"])
 
 
-class AsyncSession:
+class AsyncSession(SessionEvents):
     """One session on ``ctr_session`` for asyncio; made by :meth:`AsyncSessionClient.session`.
 
     :meth:`send` takes the event's place in the session when it is CALLED, not when it is
@@ -316,21 +306,9 @@ class AsyncSession:
     async def _send(
         self, item_id: int, candidates: np.ndarray, end: bool, timeout_s: float | None
     ) -> Ranking:
-        if self.ended:
-            raise RuntimeError(f"session {self.correlation_id!r} has ended")
-        out = await self.connection.infer(
-            self.model,
-            {"ITEM_ID": np.array([item_id], dtype=np.int64), "CANDIDATES": candidates},
-            ["ITEM_IDS", "SCORES"],
-            timeout_s=timeout_s,
-            retry=False,
-            sequence_id=self.correlation_id,
-            sequence_start=not self.started,
-            sequence_end=end,
-        )
-        self.started = True
-        self.ended = end
-        return Ranking(out["ITEM_IDS"], out["SCORES"])
+        inputs, options = self._event(item_id, candidates, end, timeout_s)
+        out = await self.connection.infer(self.model, inputs, OUTPUTS, **options)
+        return self._answered(out, end)
 
 
 class AsyncSessionClient(AsyncModelClient):

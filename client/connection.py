@@ -48,6 +48,32 @@ class GrpcTls:
     client_key: str | Path | None = None
 
 
+def resolve_url(url: str | None, protocol: str, tls: GrpcTls | None) -> str:
+    """``url`` or the protocol's default ``host:port``.
+
+    Raises:
+        ValueError: unknown protocol, or TLS asked for HTTP.
+    """
+    if protocol not in DEFAULT_URLS:
+        raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
+    if tls is not None and protocol != "grpc":
+        raise ValueError("TLS is for the gRPC endpoint; HTTP TLS ends at a reverse proxy")
+    return url or DEFAULT_URLS[protocol]
+
+
+def grpc_tls_arguments(tls: GrpcTls | None) -> dict[str, Any]:
+    """Keyword arguments of tritonclient's gRPC ``InferenceServerClient`` (sync and aio) for
+    ``tls``; {} without TLS."""
+    if tls is None:
+        return {}
+    return {
+        "ssl": True,
+        "root_certificates": str(tls.root_cert),
+        "private_key": str(tls.client_key) if tls.client_key else None,
+        "certificate_chain": str(tls.client_cert) if tls.client_cert else None,
+    }
+
+
 def build_request(
     module: Any, inputs: dict[str, np.ndarray], outputs: Sequence[str]
 ) -> tuple[list[Any], list[Any]]:
@@ -100,18 +126,14 @@ class TritonConnection:
         tls: GrpcTls | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
-        if protocol not in DEFAULT_URLS:
-            raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
-        if tls is not None and protocol != "grpc":
-            raise ValueError("TLS is for the gRPC endpoint; HTTP TLS ends at a reverse proxy")
+        self.url = resolve_url(url, protocol, tls)
         self.protocol = protocol
-        self.url = url or DEFAULT_URLS[protocol]
         self.timeout_s = timeout_s
         self.tls = tls
         self.retry = retry or RetryPolicy()
         self.module: Any = httpclient if protocol == "http" else grpcclient
         self._local = threading.local()
-        self._clients: list[Any] = []
+        self._clients: list[tuple[threading.Thread, Any]] = []
         self._lock = threading.Lock()
         self._closed = False
 
@@ -125,7 +147,14 @@ class TritonConnection:
             client = self._new_client()
             self._local.client = client
             with self._lock:
-                self._clients.append(client)
+                # Clients of threads that have ended (a finished thread pool) are closed here,
+                # so a long-lived connection used from short-lived threads holds no stale sockets.
+                ended = [c for t, c in self._clients if not t.is_alive()]
+                self._clients = [(t, c) for t, c in self._clients if t.is_alive()]
+                self._clients.append((threading.current_thread(), client))
+            for stale in ended:
+                with contextlib.suppress(Exception):
+                    stale.close()
         return client
 
     def _new_client(self) -> Any:
@@ -133,15 +162,7 @@ class TritonConnection:
             return httpclient.InferenceServerClient(
                 self.url, connection_timeout=self.timeout_s, network_timeout=self.timeout_s
             )
-        if self.tls is None:
-            return grpcclient.InferenceServerClient(self.url)
-        return grpcclient.InferenceServerClient(
-            self.url,
-            ssl=True,
-            root_certificates=str(self.tls.root_cert),
-            private_key=str(self.tls.client_key) if self.tls.client_key else None,
-            certificate_chain=str(self.tls.client_cert) if self.tls.client_cert else None,
-        )
+        return grpcclient.InferenceServerClient(self.url, **grpc_tls_arguments(self.tls))
 
     def call(
         self,
@@ -299,7 +320,7 @@ class TritonConnection:
     def close(self) -> None:
         """Close every thread's underlying client; later calls raise :class:`ClientError`."""
         with self._lock:
-            clients, self._clients = self._clients, []
+            clients, self._clients = [c for _, c in self._clients], []
             self._closed = True
         for client in clients:
             with contextlib.suppress(Exception):

@@ -72,7 +72,54 @@ class RankingClient(ModelClient):
         return Ranking(out["ITEM_IDS"], out["SCORES"])
 
 
-class Session:
+OUTPUTS = ["ITEM_IDS", "SCORES"]
+
+
+class SessionEvents:
+    """What the thread and asyncio sessions share: one event's inputs and sequence flags, and
+    the bookkeeping once it is answered. Subclasses set ``correlation_id``, ``started`` and
+    ``ended``."""
+
+    correlation_id: Hashable
+    started: bool
+    ended: bool
+
+    def _event(
+        self,
+        item_id: int,
+        candidates: Sequence[int] | np.ndarray,
+        end: bool,
+        timeout_s: float | None,
+    ) -> tuple[dict[str, np.ndarray], dict]:
+        """``(inputs, infer options)`` of one event: ``ITEM_ID`` INT64 ``[1]``,
+        ``CANDIDATES`` INT64 ``[n]``; START on the first, END when ``end``, never retried.
+
+        Raises:
+            RuntimeError: the session has ended.
+            ValueError: ids are not integers.
+        """
+        if self.ended:
+            raise RuntimeError(f"session {self.correlation_id!r} has ended")
+        inputs = {
+            "ITEM_ID": np.array([item_id], dtype=np.int64),
+            "CANDIDATES": _ids(candidates, "candidates"),
+        }
+        options = {
+            "timeout_s": timeout_s,
+            "retry": False,
+            "sequence_id": self.correlation_id,
+            "sequence_start": not self.started,
+            "sequence_end": end,
+        }
+        return inputs, options
+
+    def _answered(self, out: dict[str, np.ndarray], end: bool) -> Ranking:
+        self.started = True
+        self.ended = end
+        return Ranking(out["ITEM_IDS"], out["SCORES"])
+
+
+class Session(SessionEvents):
     """One user session on ``ctr_session``; created by :meth:`SessionClient.session`.
 
     The first :meth:`send` carries START; pass ``end=True`` with the last event (Triton ends a
@@ -166,24 +213,8 @@ class Session:
         end: bool,
         timeout_s: float | None,
     ) -> Ranking:
-        if self.ended:
-            raise RuntimeError(f"session {self.correlation_id!r} has ended")
-        out = self.connection.infer(
-            self.model,
-            {
-                "ITEM_ID": np.array([item_id], dtype=np.int64),
-                "CANDIDATES": _ids(candidates, "candidates"),
-            },
-            ["ITEM_IDS", "SCORES"],
-            timeout_s=timeout_s,
-            retry=False,
-            sequence_id=self.correlation_id,
-            sequence_start=not self.started,
-            sequence_end=end,
-        )
-        self.started = True
-        self.ended = end
-        return Ranking(out["ITEM_IDS"], out["SCORES"])
+        inputs, options = self._event(item_id, candidates, end, timeout_s)
+        return self._answered(self.connection.infer(self.model, inputs, OUTPUTS, **options), end)
 
 
 class SessionClient(ModelClient):

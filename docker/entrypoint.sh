@@ -31,6 +31,9 @@ args=(
   --model-repository="$repo" --model-control-mode=explicit "${models[@]/#/--load-model=}"
   --http-restricted-api="$restricted:$header=$key"
   --grpc-restricted-protocol="$restricted:$header=$key"
+  # /v2/health/ready must not flip when an unrelated model fails to load; readiness probes
+  # run `tritonrepo-client health` (a real inference per served model) instead.
+  --strict-readiness=false
 )
 if [[ "${TRITONREPO_CONFIG:-gpu}" == "cpu" ]]; then
   args+=(--model-config-name=cpu)

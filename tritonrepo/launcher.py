@@ -31,11 +31,7 @@ import secrets
 import signal
 import socket
 import subprocess
-import sys
-import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonrepo import preflight, repository_key
@@ -47,93 +43,32 @@ from tritonrepo.embedded_server import (
     tritonserver_binary,
     visible_gpus,
 )
-from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
+from tritonrepo.server_options import (
+    DEFAULT_MODELS,
+    GPU_CONFIG_SETS,
+    GrpcServerTls,
+    ServerOptions,
+)
+from tritonrepo.server_processes import (
+    StubProcess,
+    remove_shared_memory,
+    shared_memory_regions,
+    stub_processes,
+)
+from tritonrepo.supervisor import Supervisor
 
-DEFAULT_MODELS = ("text_embedding", "ctr_ranking", "ctr_session")
-# Where the Python backend's stubs keep their shared-memory regions (POSIX shm_open names).
-SHM_DIRECTORY = Path("/dev/shm")
-# Config sets that put Python-backend steps on the GPU, with the CUDA memory pool they need per
-# GPU: the Python backend moves GPU tensors between its stub processes and the server through
-# this pool, and a 512 x 256 x 384 FP16 batch of token embeddings alone is 100 MB (Triton's
-# default pool is 64 MiB).
-GPU_CONFIG_SETS = {"torch_gpu": 1 << 30}
-
-
-@dataclass(frozen=True)
-class GrpcServerTls:
-    """TLS on the gRPC endpoint (Triton's ``--grpc-use-ssl``): PEM files.
-
-    Attributes:
-        cert: the server's certificate (``--grpc-server-cert``).
-        key: its private key (``--grpc-server-key``).
-        client_ca: CA of the client certificates to require (``--grpc-root-cert`` and
-            ``--grpc-use-ssl-mutual``); None = any client may connect over TLS.
-    """
-
-    cert: Path
-    key: Path
-    client_ca: Path | None = None
-
-
-@dataclass
-class ServerOptions:
-    """How to run the server.
-
-    Ports are TCP ports; ``startup_timeout_s`` and ``stop_timeout_s`` are seconds.
-    ``host`` is the address HTTP, gRPC and metrics bind to: 127.0.0.1 unless exposed on purpose.
-    ``repository_key``: when set, the model-repository API (index, load, unload) answers only
-    requests carrying it (:mod:`tritonrepo.repository_key`); inference stays open.
-    ``cuda_memory_pool_bytes``: CUDA memory pool per visible GPU, in bytes, through which the
-    Python backend passes GPU tensors between processes (None: Triton's 64 MiB default, or
-    the size in ``GPU_CONFIG_SETS`` when ``model_config_name`` is one of them).
-    ``grpc_tls``: serve gRPC over TLS (:class:`GrpcServerTls`); HTTP TLS ends at a reverse proxy.
-    ``heal_interval_s``: seconds between the supervisor's passes (probe every model, reload the
-    steps whose stubs died: :mod:`tritonrepo_client.healing`); None or 0 = no supervisor.
-    ``heal_backoff_s``: seconds before the supervisor retries a step whose reload failed
-    (doubled each time, 3 attempts).
-    """
-
-    model_repository: Path = MODEL_REPOSITORY
-    models: Sequence[str] = DEFAULT_MODELS
-    host: str = "127.0.0.1"
-    http_port: int = 8000
-    grpc_port: int = 8001
-    metrics_port: int = 8002
-    model_config_name: str | None = "cpu"
-    log_file: Path = BUILD_DIR / "tritonserver.log"
-    repository_key: str | None = None
-    log_verbose: int = 0
-    startup_timeout_s: float = 180.0
-    stop_timeout_s: float = 30.0
-    extra_args: Sequence[str] = field(default_factory=tuple)
-    cuda_memory_pool_bytes: int | None = None
-    grpc_tls: GrpcServerTls | None = None
-    heal_interval_s: float | None = None
-    heal_backoff_s: float = 30.0
-
-    @property
-    def client_host(self) -> str:
-        """Address a local client connects to (0.0.0.0 / :: are not connectable)."""
-        return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-
-    @property
-    def repository_headers(self) -> dict[str, str]:
-        """HTTP headers for the model-repository API (empty when unrestricted)."""
-        return repository_key.headers(self.repository_key, "http")
-
-    def url(self, protocol: str) -> str:
-        """``host:port`` of the ``"http"`` or ``"grpc"`` endpoint."""
-        return self.http_url if protocol == "http" else self.grpc_url
-
-    @property
-    def http_url(self) -> str:
-        """``host:port`` of the HTTP endpoint, as tritonclient takes it."""
-        return f"{self.client_host}:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        """``host:port`` of the gRPC endpoint, as tritonclient takes it."""
-        return f"{self.client_host}:{self.grpc_port}"
+__all__ = [
+    "DEFAULT_MODELS",
+    "GPU_CONFIG_SETS",
+    "GrpcServerTls",
+    "LaunchError",
+    "ServerOptions",
+    "StubProcess",
+    "TritonServer",
+    "check_port_free",
+    "free_port",
+    "one_line",
+]
 
 
 def check_port_free(host: str, port: int, what: str) -> None:
@@ -168,67 +103,6 @@ def one_line(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-@dataclass(frozen=True)
-class StubProcess:
-    """One Python-backend stub process of a server (one per model instance).
-
-    Attributes:
-        pid: its process id.
-        instance: Triton's instance name, ``<model>_<group>_<index>`` (e.g.
-            ``text_embedding_tokenize_0_0``), as in "Stub process '...' is not healthy".
-        model: the model it serves (``instance`` without the two indices).
-        region: its shared-memory region's name in ``/dev/shm``.
-    """
-
-    pid: int
-    instance: str
-    model: str
-    region: str
-
-
-def _stub_process(pid: int, shm_prefix: str) -> StubProcess | None:
-    """The stub of ``pid`` if it belongs to the server with ``shm_prefix``; its command line is
-    ``stub <model file> <shm region> <default bytes> <growth bytes> <parent pid> <python backend
-    dir> <ipc bytes> <instance name> <runtime>`` (python_backend ``stub_launcher.cc``)."""
-    try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return None
-    if len(args) < 9 or not args[0].endswith("triton_python_backend_stub"):
-        return None
-    if not args[2].startswith(shm_prefix):
-        return None
-    instance = args[8]
-    model = re.sub(r"_\d+_\d+$", "", instance)
-    return StubProcess(pid, instance, model, args[2])
-
-
-class _StubWatch:
-    """The supervisor's second signal: instances of ``server``'s stubs seen alive before and
-    absent from two scans in a row (one scan per heal pass; a reload that Triton swaps in
-    replaces a stub without a gap, the second scan is a margin for it)."""
-
-    def __init__(self, server: TritonServer) -> None:
-        self._server = server
-        self._known: set[str] = set()
-        self._missing: set[str] = set()
-
-    def __call__(self) -> list[str]:
-        """Instance names that died (an unloaded model's too: the healer skips models that are
-        not loaded)."""
-        live = {s.instance for s in self._server.stub_processes()}
-        missing = self._known - live
-        dead = sorted(missing & self._missing)
-        self._missing = missing
-        self._known |= live
-        return dead
-
-
-def _log(line: str) -> None:
-    """One line on the launcher's stderr (``make serve`` shows it)."""
-    print(line, file=sys.stderr, flush=True)
-
-
 def _terminate_with_parent() -> None:
     """In the child before exec: SIGTERM it when the launcher dies, even by SIGKILL
     (Linux ``prctl(PR_SET_PDEATHSIG)``), so no server outlives its launcher or test run."""
@@ -252,8 +126,7 @@ class TritonServer:
         self.options = options or ServerOptions()
         self.process: subprocess.Popen[bytes] | None = None
         self._log_handle = None
-        self._supervisor: threading.Thread | None = None
-        self._supervisor_stop = threading.Event()
+        self._supervisor: Supervisor | None = None
         # What the supervisor did: tritonrepo_client.healing.StepReport, oldest first.
         self.heal_reports: list = []
         # This server's own prefix for the Python backend's shared-memory regions (every
@@ -493,88 +366,30 @@ class TritonServer:
 
     def start_supervisor(self, interval_s: float) -> None:
         """Start the thread that heals the served models every ``interval_s`` seconds (start()
-        does when ``options.heal_interval_s`` is set); its reports go to ``heal_reports``."""
+        does when ``options.heal_interval_s`` is set); its reports go to ``heal_reports``
+        (:class:`tritonrepo.supervisor.Supervisor`)."""
         self.stop_supervisor()
-        self._supervisor_stop.clear()
-        self._supervisor = threading.Thread(
-            target=self._supervise, args=(interval_s,), name="tritonrepo heal", daemon=True
-        )
-        self._supervisor.start()
-
-    def _supervise(self, interval_s: float) -> None:
-        """The supervisor thread: :meth:`tritonrepo_client.healing.Healer.watch` over HTTP with
-        the repository key; each restore (or failed one) is one ``heal:`` line on stderr."""
-        from tritonrepo_client.connection import TritonConnection
-        from tritonrepo_client.healing import ChangeLog, Healer
-        from tritonrepo_client.repository import RepositoryClient
-
-        o = self.options
-        changes = ChangeLog()
-        last_error = [""]
-
-        def on_report(report) -> None:
-            self.heal_reports.extend(report.steps)
-            last_error[0] = ""
-            for line in changes.lines(report):
-                _log(f"heal: {line}")
-
-        def on_error(exc: Exception) -> None:
-            if str(exc) != last_error[0] and not self._supervisor_stop.is_set():
-                _log(f"heal: pass failed: {exc}")
-            last_error[0] = str(exc)
-
-        try:
-            with (
-                RepositoryClient(o.http_url, "http", key=o.repository_key or "") as repo,
-                TritonConnection(o.http_url, "http", timeout_s=30.0) as conn,
-            ):
-                healer = Healer(
-                    repo,
-                    o.models,
-                    conn,
-                    backoff_s=o.heal_backoff_s,
-                    dead_instances=_StubWatch(self),
-                )
-                healer.watch(interval_s, self._supervisor_stop, on_report, on_error)
-        except Exception as exc:  # the supervisor must say why it stopped, not vanish
-            _log(f"heal: supervisor stopped: {type(exc).__name__}: {exc}")
+        self._supervisor = Supervisor(self.options, self.stub_processes, self.heal_reports)
+        self._supervisor.start(interval_s)
 
     def stop_supervisor(self, timeout_s: float = 10.0) -> None:
-        """Stop the supervisor, waiting up to ``timeout_s`` seconds for a reload in progress
-        (a daemon thread: it cannot keep the process alive)."""
-        self._supervisor_stop.set()
+        """Stop the supervisor, waiting up to ``timeout_s`` seconds for a reload in progress."""
         if self._supervisor is not None:
-            self._supervisor.join(timeout_s)
+            self._supervisor.stop(timeout_s)
             self._supervisor = None
 
     def stub_processes(self) -> list[StubProcess]:
-        """The live Python-backend stub processes of this server (Linux ``/proc``), by
-        instance name; [] when the server is not running."""
-        stubs = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                stub = _stub_process(int(entry.name), self.shm_prefix)
-                if stub is not None:
-                    stubs.append(stub)
-        return sorted(stubs, key=lambda s: s.instance)
+        """The live Python-backend stub processes of this server, by instance name; [] when
+        the server is not running."""
+        return stub_processes(self.shm_prefix)
 
     def shared_memory_regions(self) -> list[Path]:
-        """This server's Python-backend shared-memory regions in ``/dev/shm`` (one per stub
-        process; each grows to the largest request its stub carried)."""
-        return sorted(SHM_DIRECTORY.glob(f"{self.shm_prefix}*"))
+        """This server's Python-backend shared-memory regions in ``/dev/shm``."""
+        return shared_memory_regions(self.shm_prefix)
 
     def remove_shared_memory(self) -> list[Path]:
-        """Remove the regions :meth:`shared_memory_regions` lists; call after the server has
-        exited. A stub that was killed never unlinks its region, and Triton does not either.
-
-        Returns the paths removed.
-        """
-        removed = []
-        for path in self.shared_memory_regions():
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-                removed.append(path)
-        return removed
+        """Remove this server's regions (after it has exited); returns the paths removed."""
+        return remove_shared_memory(self.shm_prefix)
 
     def __enter__(self) -> TritonServer:
         return self.start()

@@ -115,7 +115,7 @@ def run(repository: Path, models: Sequence[str], config_name: str | None) -> lis
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print every finding; exit 1 if any is an error."""
-    from tritonrepo.launcher import DEFAULT_MODELS
+    from tritonrepo.server_options import DEFAULT_MODELS
 
     parser = argparse.ArgumentParser(
         prog="tritonrepo-preflight", description=__doc__.split("\n")[0]

@@ -1,0 +1,95 @@
+"""How the launcher runs a server (:class:`ServerOptions`), the models it serves by default and
+the config sets that need a CUDA memory pool."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tritonrepo import repository_key
+from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
+
+DEFAULT_MODELS = ("text_embedding", "ctr_ranking", "ctr_session")
+# Config sets that put Python-backend steps on the GPU, with the CUDA memory pool they need per
+# GPU: the Python backend moves GPU tensors between its stub processes and the server through
+# this pool, and a 512 x 256 x 384 FP16 batch of token embeddings alone is 100 MB (Triton's
+# default pool is 64 MiB).
+GPU_CONFIG_SETS = {"torch_gpu": 1 << 30}
+
+
+@dataclass(frozen=True)
+class GrpcServerTls:
+    """TLS on the gRPC endpoint (Triton's ``--grpc-use-ssl``): PEM files.
+
+    Attributes:
+        cert: the server's certificate (``--grpc-server-cert``).
+        key: its private key (``--grpc-server-key``).
+        client_ca: CA of the client certificates to require (``--grpc-root-cert`` and
+            ``--grpc-use-ssl-mutual``); None = any client may connect over TLS.
+    """
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+
+@dataclass
+class ServerOptions:
+    """How to run the server.
+
+    Ports are TCP ports; ``startup_timeout_s`` and ``stop_timeout_s`` are seconds.
+    ``host`` is the address HTTP, gRPC and metrics bind to: 127.0.0.1 unless exposed on purpose.
+    ``repository_key``: when set, the model-repository API (index, load, unload) answers only
+    requests carrying it (:mod:`tritonrepo.repository_key`); inference stays open.
+    ``cuda_memory_pool_bytes``: CUDA memory pool per visible GPU, in bytes, through which the
+    Python backend passes GPU tensors between processes (None: Triton's 64 MiB default, or
+    the size in ``GPU_CONFIG_SETS`` when ``model_config_name`` is one of them).
+    ``grpc_tls``: serve gRPC over TLS (:class:`GrpcServerTls`); HTTP TLS ends at a reverse proxy.
+    ``heal_interval_s``: seconds between the supervisor's passes (probe every model, reload the
+    steps whose stubs died: :mod:`tritonrepo_client.healing`); None or 0 = no supervisor.
+    ``heal_backoff_s``: seconds before the supervisor retries a step whose reload failed
+    (doubled each time, 3 attempts).
+    """
+
+    model_repository: Path = MODEL_REPOSITORY
+    models: Sequence[str] = DEFAULT_MODELS
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    model_config_name: str | None = "cpu"
+    log_file: Path = BUILD_DIR / "tritonserver.log"
+    repository_key: str | None = None
+    log_verbose: int = 0
+    startup_timeout_s: float = 180.0
+    stop_timeout_s: float = 30.0
+    extra_args: Sequence[str] = field(default_factory=tuple)
+    cuda_memory_pool_bytes: int | None = None
+    grpc_tls: GrpcServerTls | None = None
+    heal_interval_s: float | None = None
+    heal_backoff_s: float = 30.0
+
+    @property
+    def client_host(self) -> str:
+        """Address a local client connects to (0.0.0.0 / :: are not connectable)."""
+        return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+
+    @property
+    def repository_headers(self) -> dict[str, str]:
+        """HTTP headers for the model-repository API (empty when unrestricted)."""
+        return repository_key.headers(self.repository_key, "http")
+
+    def url(self, protocol: str) -> str:
+        """``host:port`` of the ``"http"`` or ``"grpc"`` endpoint."""
+        return self.http_url if protocol == "http" else self.grpc_url
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` of the HTTP endpoint, as tritonclient takes it."""
+        return f"{self.client_host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` of the gRPC endpoint, as tritonclient takes it."""
+        return f"{self.client_host}:{self.grpc_port}"

@@ -23,26 +23,18 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
-from tritonrepo import repository_key
 from tritonrepo_client.bulk import embed_file
-from tritonrepo_client.connection import DEFAULT_URLS, ClientError, GrpcTls, TritonConnection
+from tritonrepo_client.cli_control import (
+    heal_command,
+    models_command,
+    rollout_command,
+    tls_from_args,
+)
+from tritonrepo_client.connection import DEFAULT_URLS, ClientError, TritonConnection
 from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matrix
-from tritonrepo_client.healing import ChangeLog, Healer, HealReport
 from tritonrepo_client.health import DEFAULT_MODELS, check_health
 from tritonrepo_client.ranking import RankingClient, SessionClient, read_events
-from tritonrepo_client.repository import RepositoryClient
-from tritonrepo_client.rollout import (
-    DEFAULT_PROBE_TEXTS,
-    Canary,
-    EmbeddingCanary,
-    RolloutReport,
-    TensorCanary,
-    rollback,
-    rollout,
-)
-from tritonrepo_client.validation import parse_correlation_id, read_config_file
+from tritonrepo_client.validation import parse_correlation_id
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -191,7 +183,9 @@ def _embed_file(args: argparse.Namespace) -> int:
     if args.output is None or args.texts:
         print("error: --input needs --output and no texts on the command line", file=sys.stderr)
         return 2
-    with EmbeddingClient(args.url, args.protocol, args.model, args.timeout, _tls(args)) as client:
+    with EmbeddingClient(
+        args.url, args.protocol, args.model, args.timeout, tls_from_args(args)
+    ) as client:
         report = embed_file(
             client,
             args.input,
@@ -217,7 +211,9 @@ def _embed(args: argparse.Namespace) -> int:
     if not texts:
         print("error: no text given (pass texts as arguments or on stdin)", file=sys.stderr)
         return 2
-    with EmbeddingClient(args.url, args.protocol, args.model, args.timeout, _tls(args)) as client:
+    with EmbeddingClient(
+        args.url, args.protocol, args.model, args.timeout, tls_from_args(args)
+    ) as client:
         vectors = client.embed(texts)
     if args.similarity:
         matrix = cosine_similarity_matrix(vectors)
@@ -235,137 +231,17 @@ def _embed(args: argparse.Namespace) -> int:
 
 
 def _health(args: argparse.Namespace) -> int:
-    with TritonConnection(args.url, args.protocol, args.timeout, _tls(args)) as conn:
+    with TritonConnection(args.url, args.protocol, args.timeout, tls_from_args(args)) as conn:
         checks = check_health(conn, args.models or DEFAULT_MODELS, live_only=args.live)
     for check in checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
     return 0 if all(c.ok for c in checks) else 1
 
 
-def _heal(args: argparse.Namespace) -> int:
-    """``heal``: one pass (exit 0 if every model serves afterwards, else 1), or ``--watch``:
-    a pass every ``--interval`` seconds until SIGTERM/SIGINT (exit 0), printing what changed."""
-    if args.interval <= 0:
-        raise ValueError("--interval must be > 0 seconds")
-    with (
-        _repository(args) as repo,
-        TritonConnection(args.url, args.protocol, min(args.timeout, 60.0), _tls(args)) as conn,
-    ):
-        healer = Healer(repo, args.models or DEFAULT_MODELS, conn, backoff_s=args.backoff)
-        if not args.watch:
-            report = healer.heal_once()
-            _print_heal(report, report.lines())
-            return 0 if report.healthy else 1
-        return _heal_watch(healer, args.interval)
-
-
-def _print_heal(report: HealReport, lines: list[str]) -> None:
-    """What a pass did, then ``ok``/``FAIL`` per served model."""
-    for line in lines:
-        print(line, flush=True)
-    for model in report.probed:
-        error = report.failing.get(model)
-        print(f"FAIL {model}: {error}" if error else f"ok   {model}", flush=True)
-
-
-def _heal_watch(healer: Healer, interval_s: float) -> int:
-    import signal
-    import threading
-
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    changes = ChangeLog()
-
-    def on_report(report: HealReport) -> None:
-        for line in changes.lines(report):
-            print(line, flush=True)
-
-    print(f"healing {', '.join(healer.models)} every {interval_s:g} s", flush=True)
-    healer.watch(
-        interval_s, stop, on_report, lambda exc: print(f"error: {exc}", file=sys.stderr, flush=True)
-    )
-    return 0
-
-
-def _tls(args: argparse.Namespace) -> GrpcTls | None:
-    """TLS settings from ``--grpc-root-cert`` (and the client pair), for ``--protocol grpc``."""
-    if args.grpc_root_cert is None:
-        return None
-    return GrpcTls(args.grpc_root_cert, args.grpc_client_cert, args.grpc_client_key)
-
-
-def _repository(args: argparse.Namespace) -> RepositoryClient:
-    key = repository_key.resolve_key(args.repository_key_file)
-    return RepositoryClient(
-        args.url, args.protocol, key=key or "", timeout_s=args.timeout, tls=_tls(args)
-    )
-
-
-def _models(args: argparse.Namespace) -> int:
-    with _repository(args) as repo:
-        if args.action == "list":
-            rows = repo.index()
-            print(f"{'MODEL':<28} {'VERSION':>7}  {'STATE':<12} REASON")
-            for row in sorted(rows, key=lambda r: (r.name, r.version)):
-                print(
-                    f"{row.name:<28} {row.version or '-':>7}  {row.state or '-':<12} {row.reason}"
-                )
-        elif args.action == "load":
-            config = read_config_file(args.config) if args.config else None
-            repo.load(args.model, config)
-            print(f"loaded {args.model} (versions {repo.versions(args.model)})")
-        elif args.action == "unload":
-            repo.unload(args.model, dependents=args.dependents)
-            print(f"unloaded {args.model}" + (" and its dependents" if args.dependents else ""))
-        elif args.action == "ready":
-            ok = repo.ready(args.model, args.version)
-            label = args.model + (f" version {args.version}" if args.version else "")
-            print(f"{label}: {'READY' if ok else 'NOT READY'}")
-            return 0 if ok else 1
-    return 0
-
-
-def _canary(args: argparse.Namespace) -> Canary | None:
-    if args.no_canary:
-        return None
-    if args.probe_file:
-        with np.load(args.probe_file, allow_pickle=False) as data:
-            inputs = {name: data[name] for name in data.files}
-        if not args.output:
-            raise ValueError("--probe-file needs at least one --output to compare")
-        return TensorCanary(inputs, args.output, args.atol, args.rtol)
-    if args.min_cosine is not None:
-        return EmbeddingCanary(DEFAULT_PROBE_TEXTS, args.min_cosine)
-    return None  # the model's default canary, if any
-
-
-def _print_report(report: RolloutReport) -> None:
-    for step in report.steps:
-        print(f"  {step}")
-    for name, status in report.dependents.items():
-        print(f"  ensemble {name}: {status}")
-    print(
-        f"{report.model}: now serving version {report.version} "
-        f"(was {report.previous}) in {report.seconds:.1f} s"
-    )
-
-
-def _rollout(args: argparse.Namespace) -> int:
-    canary = _canary(args)
-    with _repository(args) as repo:
-        if args.command == "rollout":
-            report = rollout(
-                repo, args.model, args.version, args.source_dir, canary, args.drain_timeout
-            )
-        else:
-            report = rollback(repo, args.model, args.source_dir, canary, args.drain_timeout)
-    _print_report(report)
-    return 0
-
-
 def _rank(args: argparse.Namespace) -> int:
-    with RankingClient(args.url, args.protocol, args.model, args.timeout, _tls(args)) as client:
+    with RankingClient(
+        args.url, args.protocol, args.model, args.timeout, tls_from_args(args)
+    ) as client:
         ranking = client.rank(args.history, args.candidates, args.top_k)
     print(json.dumps(ranking.as_dict()))
     return 0
@@ -376,7 +252,9 @@ def _session(args: argparse.Namespace) -> int:
     stream = sys.stdin if args.events == "-" else open(args.events, encoding="utf-8")  # noqa: SIM115
     with (
         stream,
-        SessionClient(args.url, args.protocol, args.model, args.timeout, _tls(args)) as client,
+        SessionClient(
+            args.url, args.protocol, args.model, args.timeout, tls_from_args(args)
+        ) as client,
     ):
         for event, ranking in client.replay(correlation_id, read_events(stream)):
             print(json.dumps({"item_id": event["item_id"]} | ranking.as_dict()), flush=True)
@@ -388,10 +266,10 @@ COMMANDS = {
     "rank": _rank,
     "session": _session,
     "health": _health,
-    "heal": _heal,
-    "models": _models,
-    "rollout": _rollout,
-    "rollback": _rollout,
+    "heal": heal_command,
+    "models": models_command,
+    "rollout": rollout_command,
+    "rollback": rollout_command,
 }
 
 

@@ -8,8 +8,6 @@ every refused call the server is still ready and still embeds.
 
 from __future__ import annotations
 
-import glob
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -107,11 +105,11 @@ def test_access_table(server, family, protocol, label):
         client.close()
 
 
-def python_backend_region() -> str:
-    """The name of one of the Python backend's own shared-memory regions (``/dev/shm``)."""
-    regions = glob.glob("/dev/shm/triton_python_backend_shm_region_*")
+def python_backend_region(server) -> str:
+    """The name of one of the server's Python-backend shared-memory regions (``/dev/shm``)."""
+    regions = server.shared_memory_regions()
     assert regions, "the Python backend has a region under /dev/shm while text_embedding runs"
-    return "/" + os.path.basename(regions[0])
+    return "/" + regions[0].name
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -121,7 +119,7 @@ def test_registering_a_python_backend_region_is_refused(server, protocol, label)
     try:
         with pytest.raises(InferenceServerException, match=RESTRICTED):
             client.register_system_shared_memory(
-                "r2", python_backend_region(), 64, headers=send_key(server, label, protocol)
+                "r2", python_backend_region(server), 64, headers=send_key(server, label, protocol)
             )
         status = client.get_system_shared_memory_status(headers=send_key(server, "key", protocol))
         assert "r2" not in str(status)

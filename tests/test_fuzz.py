@@ -592,8 +592,8 @@ JSON_MUTATIONS = ["datatype", "shape", "data", "name", "drop", "bogus", "output"
 @st.composite
 def json_bodies(draw: st.DrawFn) -> tuple[str, Any]:
     """A valid KServe v2 JSON body for text_embedding or ctr_ranking with none, one or two
-    mutations: a random datatype (bogus ones included), shape (negative and over 2**32
-    included) or data (any JSON), an unknown or dropped input, an unknown output, or
+    mutations: a random datatype (bogus ones included), shape (negative dims included) or data
+    (any JSON), an unknown or dropped input, an unknown output, or
     ``inputs`` that is no list."""
     model = draw(st.sampled_from([text_spec.ENSEMBLE, ctr_spec.RANKING_ENSEMBLE]))
     if model == text_spec.ENSEMBLE:
@@ -613,9 +613,10 @@ def json_bodies(draw: st.DrawFn) -> tuple[str, Any]:
         if mutation == "datatype" and target:
             target["datatype"] = draw(st.sampled_from(["BYTES", "INT64", "INT32", "FP32", "FOO"]))
         elif mutation == "shape" and target:
-            target["shape"] = draw(
-                st.lists(st.one_of(st.integers(-2, 8), st.just(2**32 + 1)), max_size=3)
-            )
+            # Small dims only: Triton 2.51 allocates a JSON input's declared shape before
+            # reading its data, and [2**32 + 1, 2] aborted the server (std::bad_alloc;
+            # test_reliability.py::test_triton_2_51_aborts_on_a_huge_json_shape).
+            target["shape"] = draw(st.lists(st.integers(-2, 8), max_size=3))
         elif mutation == "data" and target:
             target["data"] = draw(JSON_DATA)
         elif mutation == "name" and target:

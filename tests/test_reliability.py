@@ -4,6 +4,7 @@ checks before sending, per-request errors in the server log, and shared memory l
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import secrets
@@ -230,3 +231,33 @@ def test_stop_removes_this_servers_regions_and_no_other(triton_server, tmp_path)
     assert set(triton_server.shared_memory_regions()) == others
     with TritonConnection(triton_server.options.http_url) as conn:
         assert conn.model_ready(spec.ENSEMBLE)
+
+
+# --- found by fuzzing: a Triton 2.51 crash that no model can prevent ----------------------------
+def test_triton_2_51_aborts_on_a_huge_json_shape():
+    """A JSON request whose declared shape is huge ([2**32 + 1, 2] INT64 = 68 GB) makes Triton
+    2.51's HTTP frontend allocate it before reading the data: std::bad_alloc, and the whole
+    server aborts (fixed upstream by server PR #8676, 2026: sizes checked before allocating).
+    The request is 200 bytes, so a body-size limit does not stop it; see README, Reliability.
+    When an upgraded Triton refuses it instead, this test fails: update the README then."""
+    require_artifacts()
+    server = TritonServer(server_options("test_reliability_json", models=("ctr_ranking",)))
+    server.start()
+    try:
+        body = {
+            "inputs": [
+                {"name": "HISTORY", "datatype": "INT64", "shape": [2**32 + 1, 2], "data": []},
+                {"name": "CANDIDATES", "datatype": "INT64", "shape": [1], "data": [1]},
+            ]
+        }
+        conn = http.client.HTTPConnection("127.0.0.1", server.options.http_port, timeout=60)
+        with pytest.raises((ConnectionError, http.client.HTTPException)):
+            conn.request("POST", "/v2/models/ctr_ranking/infer", body=json.dumps(body))
+            conn.getresponse().read()
+        conn.close()
+        assert server.process is not None
+        assert server.process.wait(timeout=60) != 0, "the server survived: Triton was fixed"
+        log = Path(server.options.log_file).read_text(errors="replace")
+        assert "std::bad_alloc" in log
+    finally:
+        server.stop()

@@ -658,7 +658,9 @@ def test_http_json_bodies(fuzzer: Fuzzer, request: tuple[str, Any]) -> None:
         assert not any(marker in lowered for marker in UNCLEAR), message
         fields = ("'inputs'", "'data'", "'shape'", "'name'", "'datatype'", "JSON", "datatype")
         sent = body["inputs"] if isinstance(body["inputs"], list) else []
-        inputs = (*(f"'{i['name']}'" for i in sent), "TEXT", "inputs", "output")
+        # a missing required input is named by the first step ("input 'HISTORY' is missing")
+        required = ("'HISTORY'", "'CANDIDATES'")
+        inputs = (*(f"'{i['name']}'" for i in sent), *required, "TEXT", "inputs", "output")
         assert any(name in message for name in fields + inputs), message
         if status == 500:
             assert "parse" in lowered, message  # only the JSON parser may answer 500

@@ -101,7 +101,7 @@ def test_serves_then_stops_cleanly_and_frees_ports():
     import tritonclient.http as httpclient
 
     require_artifacts()
-    server = TritonServer(server_options())
+    server = TritonServer(server_options("test_launcher"))
     server.start()
     options = server.options
     client = httpclient.InferenceServerClient(options.http_url)

@@ -283,6 +283,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.timeout is None:
         args.timeout = 300.0 if args.command in CONTROL_COMMANDS else 60.0
+    if args.timeout <= 0:
+        print(f"error: --timeout must be > 0 seconds, got {args.timeout:g}", file=sys.stderr)
+        return 2
     try:
         return COMMANDS[args.command](args)
     except (ClientError, ValueError, OSError) as exc:

@@ -52,12 +52,14 @@ def resolve_url(url: str | None, protocol: str, tls: GrpcTls | None) -> str:
     """``url`` or the protocol's default ``host:port``.
 
     Raises:
-        ValueError: unknown protocol, or TLS asked for HTTP.
+        ValueError: unknown protocol, TLS asked for HTTP, or a URL with a scheme.
     """
     if protocol not in DEFAULT_URLS:
         raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
     if tls is not None and protocol != "grpc":
         raise ValueError("TLS is for the gRPC endpoint; HTTP TLS ends at a reverse proxy")
+    if url and "://" in url:
+        raise ValueError(f"url is host:port without a scheme, got {url!r}")
     return url or DEFAULT_URLS[protocol]
 
 

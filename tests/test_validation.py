@@ -91,3 +91,19 @@ def test_string_ids_are_measured_in_utf8_bytes():
         check_correlation_id("")
     with pytest.raises(InvalidCorrelationId, match="int or a str"):
         check_correlation_id(True)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_url_with_a_scheme_is_refused_before_connecting(protocol):
+    from tritonrepo_client import EmbeddingClient
+
+    with pytest.raises(ValueError, match="without a scheme"):
+        EmbeddingClient("http://127.0.0.1:8000", protocol)
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_cli_refuses_a_timeout_that_is_not_positive(value, capsys):
+    from tritonrepo_client.cli import main
+
+    assert main(["--timeout", value, "health"]) == 2
+    assert "--timeout must be > 0 seconds" in capsys.readouterr().err

@@ -218,6 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             time.sleep(0.5)
     finally:
         crashed = server.process is not None and server.process.poll() is not None
+        if not crashed:
+            # Triton waits for in-flight requests up to its exit timeout (30 s); after a
+            # self-healing reload 2.51 counts the reloaded ensemble as live until then.
+            print("stopping tritonserver (up to 30 s)", flush=True)
         code = server.stop()
     if crashed:
         print(

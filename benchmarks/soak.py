@@ -41,7 +41,6 @@ import secrets
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,6 +51,7 @@ from benchmarks import inputs
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.launcher import ServerOptions, TritonServer, free_port
 from tritonrepo.paths import BUILD_DIR
+from tritonrepo.server_processes import metric_values
 from tritonrepo.text import spec
 from tritonrepo_client import RankingClient, RepositoryClient, SessionClient, TritonConnection
 
@@ -131,11 +131,7 @@ def rss_bytes(pid: int) -> int | None:
 
 def metric(server: TritonServer, name: str) -> float:
     """Metric ``name`` summed over its label sets, from the server's metrics endpoint."""
-    url = f"http://{server.options.client_host}:{server.options.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=REQUEST_TIMEOUT_S) as response:
-        text = response.read().decode()
-    pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$", re.M)
-    return sum(float(m.group(1)) for m in pattern.finditer(text))
+    return sum(metric_values(server.options.metrics_url, name, REQUEST_TIMEOUT_S).values())
 
 
 def processes(server: TritonServer) -> dict[str, int]:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tritonrepo.server_processes import instance_model
 from tritonrepo_client.connection import ClientError, ServerUnreachable, TritonConnection
 from tritonrepo_client.health import DEFAULT_MODELS, PROBES
 from tritonrepo_client.repository import RepositoryClient
@@ -35,12 +36,6 @@ _DEAD_STUB = re.compile(r"Stub process '([^']+)' is not healthy")
 # Backends whose instances run in Python-backend stub processes: the Python backend and this
 # repository's Python-based backends (backends/onnxruntime_python, backends/torch_python).
 _STUB_BACKEND = re.compile(r"^python$|_python$")
-
-
-def instance_model(instance: str) -> str:
-    """The model of a Triton instance name ``<model>_<group>_<index>``, e.g.
-    ``text_embedding_tokenize_0_0`` -> ``text_embedding_tokenize``."""
-    return re.sub(r"_\d+_\d+$", "", instance)
 
 
 def dead_stub_models(error: str) -> list[str]:

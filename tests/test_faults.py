@@ -15,7 +15,6 @@ import shutil
 import socket
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,6 +27,7 @@ from tritonclient.utils import InferenceServerException
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.launcher import TritonServer
 from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo.server_processes import metric_values
 from tritonrepo.text import spec
 from tritonrepo_client import (
     ClientError,
@@ -60,11 +60,7 @@ CANDIDATES = [5, 66, 981, 4000, 17, 250, 3, 9000]
 # --- helpers ----------------------------------------------------------------------------------
 def metrics(server: TritonServer, name: str) -> dict[str, float]:
     """``{label set: value}`` of metric ``name`` from the server's Prometheus endpoint."""
-    url = f"http://{server.options.client_host}:{server.options.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=REQUEST_DEADLINE_S) as response:
-        text = response.read().decode()
-    pattern = re.compile(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", re.M)
-    return {m.group(1) or "": float(m.group(2)) for m in pattern.finditer(text)}
+    return metric_values(server.options.metrics_url, name, REQUEST_DEADLINE_S)
 
 
 def pending_requests(server: TritonServer) -> float:

@@ -202,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     print(
         f"ready: HTTP {options.http_url}  gRPC {options.grpc_url}  "
-        f"metrics http://{options.client_host}:{options.metrics_port}/metrics  (Ctrl-C to stop)",
+        f"metrics {options.metrics_url}  (Ctrl-C to stop)",
         flush=True,
     )
     stopping = False

@@ -90,6 +90,11 @@ class ServerOptions:
         return f"{self.client_host}:{self.http_port}"
 
     @property
+    def metrics_url(self) -> str:
+        """``http://host:port/metrics``: the Prometheus endpoint."""
+        return f"http://{self.client_host}:{self.metrics_port}/metrics"
+
+    @property
     def grpc_url(self) -> str:
         """``host:port`` of the gRPC endpoint, as tritonclient takes it."""
         return f"{self.client_host}:{self.grpc_port}"

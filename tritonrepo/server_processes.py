@@ -1,12 +1,13 @@
-"""The processes and shared memory of one running server: its Python-backend stub processes
-(found in Linux ``/proc`` by the server's shared-memory prefix) and their regions in
-``/dev/shm``. Used by :class:`tritonrepo.launcher.TritonServer`, the supervisor, the soak run
-and the tests that kill stubs."""
+"""What one running server shows of itself: its Python-backend stub processes (found in Linux
+``/proc`` by the server's shared-memory prefix), their regions in ``/dev/shm``, and its
+Prometheus metrics. Used by :class:`tritonrepo.launcher.TritonServer`, the supervisor, the
+healer, the soak run and the tests that kill stubs."""
 
 from __future__ import annotations
 
 import contextlib
 import re
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,12 @@ class StubProcess:
     region: str
 
 
+def instance_model(instance: str) -> str:
+    """The model of a Triton instance name ``<model>_<group>_<index>``, e.g.
+    ``text_embedding_tokenize_0_0`` -> ``text_embedding_tokenize``."""
+    return re.sub(r"_\d+_\d+$", "", instance)
+
+
 def stub_process(pid: int, shm_prefix: str) -> StubProcess | None:
     """The stub of ``pid`` if it belongs to the server with ``shm_prefix``; its command line is
     ``stub <model file> <shm region> <default bytes> <growth bytes> <parent pid> <python backend
@@ -45,8 +52,7 @@ def stub_process(pid: int, shm_prefix: str) -> StubProcess | None:
     if not args[2].startswith(shm_prefix):
         return None
     instance = args[8]
-    model = re.sub(r"_\d+_\d+$", "", instance)
-    return StubProcess(pid, instance, model, args[2])
+    return StubProcess(pid, instance, instance_model(instance), args[2])
 
 
 def stub_processes(shm_prefix: str) -> list[StubProcess]:
@@ -79,3 +85,17 @@ def remove_shared_memory(shm_prefix: str) -> list[Path]:
             path.unlink()
             removed.append(path)
     return removed
+
+
+def metric_values(metrics_url: str, name: str, timeout_s: float = 30.0) -> dict[str, float]:
+    """``{label set: value}`` of the Prometheus metric ``name`` (``""`` for a series without
+    labels) from ``metrics_url`` (``http://host:port/metrics``), read within ``timeout_s``
+    seconds.
+
+    Raises:
+        OSError: the endpoint does not answer.
+    """
+    with urllib.request.urlopen(metrics_url, timeout=timeout_s) as response:
+        text = response.read().decode()
+    pattern = re.compile(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", re.M)
+    return {m.group(1) or "": float(m.group(2)) for m in pattern.finditer(text)}

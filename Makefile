@@ -26,6 +26,17 @@ CTR_ARTIFACTS := \
 	model_repository/ctr_model/2/build_metadata.json \
 	build/ctr/model.pt
 
+# Artifacts of image_classification (EfficientNet-Lite0 FP32 + INT8, ResNet-50, labels; ~1 min).
+IMAGE_ARTIFACTS := \
+	model_repository/image_classifier/1/model.onnx \
+	model_repository/image_classifier/1/build_metadata.json \
+	model_repository/image_classifier/2/model.onnx \
+	model_repository/image_classifier/2/build_metadata.json \
+	model_repository/image_classifier_resnet50/1/model.onnx \
+	model_repository/image_classifier_resnet50/1/build_metadata.json \
+	model_repository/image_postprocess/1/labels.txt \
+	build/tensorrt/image_pixels.npz
+
 # What the TensorRT plans are built from besides those (make build-plans reads them from the
 # mounted checkout): the ctr_session step graph and the real texts of calibration and gate.
 PLAN_SOURCES := model_repository/ctr_session/1/model.onnx build/tensorrt/real_texts.json
@@ -36,7 +47,8 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SOAK_MINUTES ?= 10
 
-.PHONY: help setup artifacts serve test bench bench-quick profile perf-deps int8-study lint clean soak \
+.PHONY: help setup artifacts serve test bench bench-quick bench-priority fallback-cpu fallback-gpu profile perf-deps int8-study lint clean soak \
+	k8s-deps k8s-validate monitoring-deps \
 	artifacts-gpu test-gpu bench-gpu build-plans serve-gpu
 
 help:
@@ -46,6 +58,9 @@ help:
 	@echo "make artifacts build the model files from the source weights"
 	@echo "make bench     the ensembles vs in-process and FastAPI baselines (~25 min; build/bench/)"
 	@echo "make bench-quick  the same harness, a few seconds per system (what CI runs)"
+	@echo "make bench-priority  real-time requests under a bulk flood, with and without priority"
+	@echo "make fallback-cpu  switch a running server to the CPU configs, no downtime (URL=...)"
+	@echo "make fallback-gpu  ... and back to GPU_CONFIGS (default: config.pbtxt, TensorRT)"
 	@echo "make soak      one server, mixed traffic for SOAK_MINUTES (10); leak checks (build/soak/)"
 	@echo "make profile   py-spy + Triton per-step statistics of text_embedding under load"
 	@echo "make int8-study   compare INT8 candidates for the text encoder (build/int8_study.md)"
@@ -54,6 +69,7 @@ help:
 	@echo "make bench-gpu on a GPU host: served text_embedding vs sentence-transformers FP16"
 	@echo "make build-plans  Docker + GPU: TensorRT plans built on this GPU in the builder image"
 	@echo "make serve-gpu    Docker + GPU: NVIDIA's Triton container (docker/compose.yaml)"
+	@echo "make k8s-validate  render deploy/kubernetes/ (kubectl kustomize), validate the schemas"
 	@echo "make lint      ruff check + ruff format --check"
 	@echo "make clean     remove built artifacts and build/ (keeps $(VENV))"
 
@@ -65,7 +81,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --editable .
 	touch $@
 
-artifacts: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(PLAN_SOURCES)
+artifacts: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(IMAGE_ARTIFACTS) $(PLAN_SOURCES)
 
 $(TEXT_EMBEDDING_ARTIFACTS) &: $(STAMP) builders/text_embedding_onnx.py tritonrepo/text/spec.py \
 		tritonrepo/text/tokenization.py builders/text_embedding_variants.py tritonrepo/text/corpus.py
@@ -74,6 +90,11 @@ $(TEXT_EMBEDDING_ARTIFACTS) &: $(STAMP) builders/text_embedding_onnx.py tritonre
 $(CTR_ARTIFACTS) &: $(STAMP) builders/ctr_onnx.py builders/ctr_network.py tritonrepo/ctr/spec.py \
 		tritonrepo/ctr/click_log.py tritonrepo/ctr/features.py
 	$(PY) -m builders.ctr_onnx
+
+$(IMAGE_ARTIFACTS) &: $(STAMP) builders/image_onnx.py tritonrepo/image/spec.py \
+		tritonrepo/image/preprocess.py tritonrepo/image/reference.py tritonrepo/image/photos.py \
+		tritonrepo/image/labels.py tritonrepo/image/normalise.py builders/image_plan_data.py
+	$(PY) -m builders.image_onnx
 
 model_repository/ctr_session/1/model.onnx: $(CTR_ARTIFACTS) builders/ctr_session_onnx.py
 	$(PY) -m builders.ctr_session_onnx
@@ -84,8 +105,21 @@ build/tensorrt/real_texts.json: $(STAMP) builders/plan_data.py tritonrepo/text/c
 serve: artifacts
 	$(PY) -m tritonrepo.serve $(SERVE_ARGS)
 
-test: artifacts perf-deps
+test: artifacts perf-deps k8s-deps monitoring-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# CPU fallback of a running server (`make serve`, or the container's ports with URL=host:port):
+# every loaded model reloaded with configs/cpu.pbtxt through the load API, model by model, with
+# a health check first and probes after each (client/config_sets.py); `make fallback-gpu` goes
+# back to GPU_CONFIGS (default: config.pbtxt, the TensorRT plans; or torch_gpu).
+URL ?= 127.0.0.1:8000
+GPU_CONFIGS ?= default
+
+fallback-cpu: setup
+	$(PY) -m tritonrepo_client --url $(URL) configs use cpu
+
+fallback-gpu: setup
+	$(PY) -m tritonrepo_client --url $(URL) configs use $(GPU_CONFIGS)
 
 # perf_analyzer 2.51 (tritonclient wheel) links Debian's libb64 (libb64-0d); install it when
 # missing (as root, as on CI and the dev machines).
@@ -94,8 +128,51 @@ perf-deps:
 		|| { apt-get update -q >/dev/null && apt-get install -y -q libb64-0d >/dev/null; } \
 		|| { echo "error: perf_analyzer needs Debian's libb64-0d (apt-get install libb64-0d)"; exit 1; }
 
+# tests/test_monitoring.py runs Debian's prometheus and promtool (2.42) against the rules in
+# deploy/prometheus/; install them when missing (as root). The package's own service is not used
+# (the test runs its own process on a free port); apt may leave it stopped or running.
+monitoring-deps:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null \
+		|| apt-get install -y -q --no-install-recommends prometheus >/dev/null \
+		|| { apt-get update -q >/dev/null \
+			&& apt-get install -y -q --no-install-recommends prometheus >/dev/null; } \
+		|| { echo "error: tests/test_monitoring.py needs Debian's prometheus package" \
+			"(prometheus and promtool; apt-get install prometheus)"; exit 1; }
+
+# deploy/kubernetes/ is rendered with `kubectl kustomize` (tests/test_kubernetes.py). kubectl
+# comes with these machines' image; elsewhere `apt-get install kubectl` where an apt source
+# has it. The check is that it renders an overlay: kubectl 1.27-1.33 (kustomize v5) render them
+# identically; Debian bookworm's own kubernetes-client (1.20, kustomize v2) is too old.
+k8s-deps:
+	@kubectl kustomize deploy/kubernetes/overlays/cpu >/dev/null 2>&1 \
+		|| { apt-get install -y -q kubectl >/dev/null 2>&1 \
+			|| { apt-get update -q >/dev/null && apt-get install -y -q kubectl >/dev/null 2>&1; }; \
+			kubectl kustomize deploy/kubernetes/overlays/cpu >/dev/null; } \
+		|| { echo "error: deploy/kubernetes needs kubectl >= 1.27 (kustomize v5) on PATH, and" \
+			"apt-get gave none that renders it: install kubectl from Kubernetes' packages"; exit 1; }
+
+# Each kustomization rendered and validated strictly (unknown fields are errors) against the
+# oldest and newest Kubernetes the manifests are for; the CRD objects (KServe, PodMonitor) get
+# a warning from kubernetes-validate, which has no schemas for them, and are checked by
+# tests/test_kubernetes.py, which this runs too.
+K8S_KUSTOMIZATIONS := overlays/gpu overlays/cpu kserve prometheus-adapter
+K8S_VERSIONS := 1.29.0 1.37.0
+
+k8s-validate: setup k8s-deps
+	@set -eo pipefail; for k in $(K8S_KUSTOMIZATIONS); do for v in $(K8S_VERSIONS); do \
+		echo "kubectl kustomize deploy/kubernetes/$$k | kubernetes-validate --strict -k $$v"; \
+		kubectl kustomize deploy/kubernetes/$$k \
+			| $(VENV)/bin/kubernetes-validate --strict --quiet -k $$v -; \
+	done; done
+	$(PY) -m pytest -q tests/test_kubernetes.py
+
 bench: artifacts perf-deps
 	$(PY) -m benchmarks $(BENCH_ARGS)
+	$(PY) -m benchmarks.priority
+
+# Real-time vs bulk priority under a flood (~3 min; build/bench/priority.md); part of make bench.
+bench-priority: artifacts
+	$(PY) -m benchmarks.priority
 
 bench-quick: artifacts perf-deps
 	$(PY) -m benchmarks --quick $(BENCH_ARGS)
@@ -150,4 +227,4 @@ lint: setup
 	$(PY) -m ruff format --check .
 
 clean:
-	rm -rf build $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(TORCH_GPU_ARTIFACTS) $(PLAN_SOURCES)
+	rm -rf build $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(IMAGE_ARTIFACTS) $(TORCH_GPU_ARTIFACTS) $(PLAN_SOURCES)

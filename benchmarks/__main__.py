@@ -1,15 +1,15 @@
 """``make bench``: the served ensembles against what users run today, in one run.
 
-Usage: ``python -m benchmarks [--quick] [--workload text_embedding|ctr] [--levels 1,4,16]
-[--output DIR]``
+Usage: ``python -m benchmarks [--quick] [--workload text_embedding|ctr|image_classification]
+[--levels 1,4,16] [--output DIR]``
 
 One run measures, one system after another on the same inputs (``benchmarks/inputs.py``):
 in-process baselines, the naive FastAPI servers, and the Triton ensembles with their variants
-(``benchmarks/text_embedding.py``, ``benchmarks/ctr.py``). It checks every system's outputs
-before timing it, then writes ``results.json``, ``report.md`` (a table per workload and the
-targets of issue 8 as ratios from this run) and PNG plots of throughput and p50/p95/p99
-latency against concurrency into ``build/bench/``. ``--quick`` (CI) takes a few seconds per
-system and asserts no speed.
+(``benchmarks/text_embedding.py``, ``benchmarks/ctr.py``, ``benchmarks/image.py``). It checks
+every system's outputs before timing it, then writes ``results.json``, ``report.md`` (a table per
+workload and the targets of issue 8 as ratios from this run) and PNG plots of throughput and
+p50/p95/p99 latency against concurrency into ``build/bench/``. ``--quick`` (CI) takes a few
+seconds per system and asserts no speed.
 """
 
 from __future__ import annotations
@@ -23,17 +23,19 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import ctr, inputs, machine, report, targets, text_embedding, triton_side
+from benchmarks import ctr, image, inputs, machine, report, targets, text_embedding, triton_side
 from benchmarks.results import Run
 from benchmarks.settings import Settings
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 from tritonrepo.text import spec
 from tritonrepo.text.tokenization import TextTokenizer
 
-WORKLOADS = ("text_embedding", "ctr")
+WORKLOADS = ("text_embedding", "ctr", "image_classification")
 
 
-def describe_inputs(texts: list[str], data: inputs.CtrInputs | None) -> dict[str, str]:
+def describe_inputs(
+    texts: list[str], data: inputs.CtrInputs | None, files: list[bytes] | None = None
+) -> dict[str, str]:
     """The report's description of the inputs (token lengths measured with the model's own
     tokenizer, before truncation)."""
     out = {}
@@ -54,6 +56,12 @@ def describe_inputs(texts: list[str], data: inputs.CtrInputs | None) -> dict[str
             f"{len(data.requests)} held-out click-log users, {inputs.CANDIDATES_PER_REQUEST} "
             f"candidates per request; {len(data.sessions)} sessions of "
             f"{inputs.SESSION_EVENTS} events; AUC on {len(data.heldout.rows)} held-out rows"
+        )
+    if files:
+        out["Images"] = (
+            f"{len(files)} JPEG files of real photographs (scikit-image's, cropped, flipped and "
+            f"re-lit: `benchmarks/image.py`), {min(map(len, files)) // 1024}-"
+            f"{max(map(len, files)) // 1024} KiB, one per request"
         )
     return out
 
@@ -91,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         if "ctr" in workloads
         else None
     )
+    files = image.images(settings.images) if "image_classification" in workloads else []
     run = Run(
         started=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         quick=settings.quick,
@@ -100,12 +109,13 @@ def main(argv: list[str] | None = None) -> int:
             "window": settings.window.describe(),
             "loadgen_s": settings.loadgen_s,
         },
-        inputs=describe_inputs(texts, data),
+        inputs=describe_inputs(texts, data, files),
     )
     workers = len(os.sched_getaffinity(0))
     console = Console(stderr=True)
     steps = ctr.steps(settings) * ("ctr" in workloads)
     steps += text_embedding.steps(settings) * ("text_embedding" in workloads)
+    steps += image.steps(settings) * bool(files)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -127,16 +137,24 @@ def main(argv: list[str] | None = None) -> int:
                 local, model = ctr.in_process(data, settings)
                 run.systems += local
                 run.systems += ctr.naive_servers(data, model, settings, workers)
+            if files:
+                local, pipeline = image.in_process(files, settings)
+                run.systems += local
+                run.systems += image.naive_servers(files, settings, workers)
             run.save(out / "results.json")
             models = (("text_embedding",) if texts else ()) + (
                 ("ctr_ranking", "ctr_session") if data is not None else ()
             )
+            models += (image.WORKLOAD, image.spec.RESNET50_MODEL) if files else ()
             with triton_side.start_server(out, models) as server:
                 if texts:
                     run.systems += text_embedding.triton(server, texts, reference, settings)
                     run.save(out / "results.json")
                 if data is not None:
                     run.systems += ctr.triton(server, data, model, settings)
+                    run.save(out / "results.json")
+                if files:
+                    run.systems += image.triton(server, files, pipeline, settings)
         except (RuntimeError, OSError) as exc:
             failed = exc
     # What was measured is written even when a later system failed.

@@ -13,6 +13,9 @@ deployment docs). ``NAIVE_SERVER_MODEL`` picks what a worker loads:
   ``POST /session/{session_id}`` with ``{"item_id", "candidates", "start", "end"}`` for the
   session workload, whose histories live in the worker's memory (so a session server must run
   one worker: with several, a session's events would land on workers without its history).
+* ``image``: EfficientNet-Lite0 in PyTorch (``tritonrepo.image.reference``), ``POST /classify``
+  with the raw image file as the body → ``{"classes": [5 ImageNet ids], "scores": [...]}``,
+  decoded and preprocessed by the served step's own function.
 
 :class:`NaiveServer` starts it with uvicorn for the benchmark and waits until it answers.
 """
@@ -29,7 +32,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel
 
 from tritonrepo.paths import BUILD_DIR, REPO_ROOT
@@ -69,6 +72,10 @@ async def lifespan(_app: FastAPI) -> Iterator[None]:
         from tritonrepo.text import spec
 
         _state["text"] = SentenceTransformer(str(spec.source_model_dir()), device="cpu")
+    elif kind == "image":
+        from tritonrepo.image.reference import efficientnet_lite0
+
+        _state["image"] = efficientnet_lite0()
     else:
         from builders import ctr_network
 
@@ -83,6 +90,33 @@ app = FastAPI(lifespan=lifespan)
 @app.get("/health")
 def health() -> dict:
     return {"ready": bool(_state), "pid": os.getpid()}
+
+
+@app.post("/classify")
+async def classify(request: Request) -> dict:
+    """The raw image file as the body → ``{"classes": [...], "scores": [...]}`` (top 5), with
+    the served pipeline's preprocessing and postprocessing functions; a bad image gets 400."""
+    from starlette.concurrency import run_in_threadpool
+
+    data = await request.body()
+    return await run_in_threadpool(_classify, data)
+
+
+def _classify(data: bytes) -> dict:
+    import torch
+
+    from tritonrepo.errors import InvalidRequest
+    from tritonrepo.image.postprocess import top_k
+    from tritonrepo.image.preprocess import preprocess_image
+
+    try:
+        pixels = preprocess_image(data)
+    except InvalidRequest as exc:
+        raise HTTPException(400, str(exc)) from exc
+    with torch.inference_mode():
+        logits = _state["image"](torch.from_numpy(pixels[None])).numpy()
+    indices, probs = top_k(logits, 5)
+    return {"classes": indices[0].tolist(), "scores": probs[0].tolist()}
 
 
 @app.post("/embed")

@@ -9,8 +9,13 @@ from benchmarks import machine
 from benchmarks.results import IN_PROCESS, Run, System
 from benchmarks.targets import Target
 
-WORKLOADS = ("text_embedding", "ctr_ranking", "ctr_session")
-UNITS = {"text_embedding": "texts/s", "ctr_ranking": "requests/s", "ctr_session": "events/s"}
+WORKLOADS = ("text_embedding", "ctr_ranking", "ctr_session", "image_classification")
+UNITS = {
+    "text_embedding": "texts/s",
+    "ctr_ranking": "requests/s",
+    "ctr_session": "events/s",
+    "image_classification": "images/s",
+}
 
 
 def _num(value: float | None, digits: int = 1) -> str:

@@ -18,6 +18,7 @@ FULL = {
     "texts": 512,
     "ranking_requests": 125,
     "sessions": 64,
+    "images": 64,
 }
 QUICK = {
     "levels": QUICK_LEVELS,
@@ -26,6 +27,7 @@ QUICK = {
     "texts": 64,
     "ranking_requests": 32,
     "sessions": 16,
+    "images": 16,
 }
 
 
@@ -41,6 +43,7 @@ class Settings:
         texts: number of real texts (every text system gets the same ones).
         ranking_requests: ctr_ranking requests (users).
         sessions: ctr_session sessions.
+        images: real photographs (JPEG) of the image_classification systems.
         workdir: where logs, CSVs and perf_analyzer inputs go.
         progress: called with a short description after each measurement.
     """
@@ -52,6 +55,7 @@ class Settings:
     texts: int
     ranking_requests: int
     sessions: int
+    images: int
     workdir: Path
     progress: Callable[[str], None] = lambda _description: None
 

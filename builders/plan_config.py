@@ -31,13 +31,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tritonrepo.ctr import spec as ctr_spec
+from tritonrepo.image import spec as image_spec
 from tritonrepo.text import spec as text_spec
 
 if TYPE_CHECKING:  # tritonclient's protobuf; imported by the caller that parses the config
     from tritonrepo.model_config import ModelConfig
 
 # The models that have a TensorRT plan (GPU config.pbtxt with platform "tensorrt_plan").
-PLAN_MODELS = (text_spec.ENCODER_MODEL, ctr_spec.CORE_MODEL, ctr_spec.SESSION_MODEL)
+PLAN_MODELS = (
+    text_spec.ENCODER_MODEL,
+    ctr_spec.CORE_MODEL,
+    ctr_spec.SESSION_MODEL,
+    image_spec.CORE_MODEL,
+    image_spec.RESNET50_MODEL,
+)
 
 # Tensor data types by numpy-style name -> Triton config type. Engine types are named the same
 # way (``tensorrt_plans.engine_io``); TensorRT's FP8 and INT4 have no Triton type.
@@ -281,6 +288,8 @@ def model_profile(model: str, cfg: ModelConfig) -> Profile:
     * ``ctr_session`` (``max_batch_size`` 0): ``CANDIDATES`` ``[n]``, n 1..512
       (``ctr_spec.MAX_CANDIDATES``), opt the ctr_model opt batch (32 candidates); its other
       inputs have fixed shapes and need no profile entry.
+    * ``image_classifier`` and ``image_classifier_resnet50``: ``pixels`` ``[batch, 3, 224, 224]``,
+      batch 1..``max_batch_size``, opt from ``image_spec.PROFILE`` (16).
 
     Returns:
         input name -> ``(min, opt, max)`` shapes.
@@ -310,6 +319,12 @@ def model_profile(model: str, cfg: ModelConfig) -> Profile:
             )
         opt = ctr_spec.PROFILE[ctr_spec.CORE_INPUT][1][0]
         return {"CANDIDATES": ((1,), (opt,), (ctr_spec.MAX_CANDIDATES,))}
+    elif model in (image_spec.CORE_MODEL, image_spec.RESNET50_MODEL):
+        spec_profile = image_spec.PROFILE
+        derived = {
+            name: ((1, *lo[1:]), opt, (cfg.max_batch_size, *hi[1:]))
+            for name, (lo, opt, hi) in spec_profile.items()
+        }
     else:
         raise ValueError(f"{model} has no TensorRT plan; plan models: {', '.join(PLAN_MODELS)}")
     if cfg.max_batch_size <= 0:

@@ -5,9 +5,11 @@ Usage::
     python -m builders.tensorrt_plans [--model NAME ...] [--precision fp16|int8|fp32]
                                       [--repository DIR] [--version N] [--workspace-gib G]
 
-Models (default: all): ``text_embedding_encoder``, ``ctr_model`` and ``ctr_session`` (the step
+Models (default: all): ``text_embedding_encoder``, ``ctr_model``, ``ctr_session`` (the step
 engine with the history as implicit state, from ``ctr_session/1/model.onnx``,
-``builders/ctr_session_onnx.py``). Run it where the plans will serve: a plan is tied to the
+``builders/ctr_session_onnx.py``), ``image_classifier`` (EfficientNet-Lite0) and
+``image_classifier_resnet50`` (calibration and gate on real photographs:
+``builders/image_plan_data.py``). Run it where the plans will serve: a plan is tied to the
 TensorRT version and GPU architecture it was built with. ``make build-plans`` runs it in
 ``nvcr.io/nvidia/tensorrt:24.10-py3`` (TensorRT 10.x, the release of the serving image,
 ``docker/Dockerfile.builder``) on this machine's GPU; without TensorRT 10 this module prints
@@ -147,7 +149,7 @@ def build_plan(
         FileNotFoundError: the ONNX file or config is missing (``make artifacts``).
         ValueError: unknown model or precision, or the spec's profile disagrees with the config.
     """
-    from builders import accuracy_gate, plan_data
+    from builders import accuracy_gate, image_plan_data, plan_data
     from tritonrepo.model_config import load_config
 
     if precision not in PRECISIONS:
@@ -167,7 +169,10 @@ def build_plan(
 
     calibration = None
     if precision == "int8":
-        calibration = plan_data.calibration_feeds(model, profile, repository)
+        if model in image_plan_data.PLAN_MODELS:  # real photographs (builders/image_plan_data.py)
+            calibration = image_plan_data.calibration_feeds(model, profile)
+        else:
+            calibration = plan_data.calibration_feeds(model, profile, repository)
     cache = cache_dir / f"{model}-v{version}-int8.calibration.cache"
     plan, metadata_file = version_dir / PLAN_FILE, version_dir / METADATA_FILE
     temporaries = [_temporary(plan), _temporary(metadata_file), _temporary(cache)]
@@ -188,13 +193,18 @@ def build_plan(
             raise PlanBuildError(f"the engine does not fit {config_file}: {'; '.join(problems)}")
 
         log(f"{model}: accuracy gate vs ONNX Runtime FP32 ({reference_path})")
-        accuracy = accuracy_gate.run_gate(
-            model,
-            accuracy_gate.onnxrt_runner(reference_path, "onnxruntime-fp32"),
-            backend.runner(engine, f"tensorrt-{precision}"),
-            accuracy_gate.TOLERANCES[precision],
-            plan_data.gate_data(model, repository),
-        )
+        reference = accuracy_gate.onnxrt_runner(reference_path, "onnxruntime-fp32")
+        candidate = backend.runner(engine, f"tensorrt-{precision}")
+        if model in image_plan_data.PLAN_MODELS:
+            accuracy = image_plan_data.run_gate(model, reference, candidate, precision)
+        else:
+            accuracy = accuracy_gate.run_gate(
+                model,
+                reference,
+                candidate,
+                accuracy_gate.TOLERANCES[precision],
+                plan_data.gate_data(model, repository),
+            )
         backend.save(engine, temporaries[0])
         facts = backend.facts()
         metadata = {
@@ -234,6 +244,11 @@ def build_plan(
 def _summary(accuracy: dict) -> str:
     if "min_cosine" in accuracy:
         return f"min cosine {accuracy['min_cosine']:.6f} vs FP32"
+    if "top1_agreement" in accuracy:
+        return (
+            f"top-1 agreement {accuracy['top1_agreement']:.3f}, max abs probability diff "
+            f"{accuracy['max_abs_prob_diff']:.2e} vs FP32"
+        )
     return (
         f"max abs CTR diff {accuracy['max_abs_ctr_diff']:.2e}, AUC change "
         f"{accuracy['auc_change']:+.5f} vs FP32"

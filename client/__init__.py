@@ -14,7 +14,7 @@ Python API::
         session.send(12, [5, 66, 4000])              # START
         session.send(7, [5, 66, 4000], end=True)     # END
 
-Command line: ``tritonrepo-client embed|rank|session|health|models|rollout|rollback``
+Command line: ``tritonrepo-client embed|rank|session|classify|health|models|rollout|rollback``
 (``--help``).
 """
 
@@ -23,6 +23,11 @@ from tritonrepo_client.aio import (
     AsyncRankingClient,
     AsyncSession,
     AsyncSessionClient,
+)
+from tritonrepo_client.classify import (
+    AsyncClassificationClient,
+    Classification,
+    ClassificationClient,
 )
 from tritonrepo_client.connection import GrpcTls, TritonConnection
 from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matrix
@@ -49,12 +54,15 @@ from tritonrepo_client.rollout import (
 )
 
 __all__ = [
+    "AsyncClassificationClient",
     "AsyncEmbeddingClient",
     "AsyncRankingClient",
     "AsyncSession",
     "AsyncSessionClient",
     "CanaryResult",
     "Check",
+    "Classification",
+    "ClassificationClient",
     "ClientError",
     "DeadlineExceeded",
     "EmbeddingCanary",

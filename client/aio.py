@@ -28,7 +28,6 @@ from tritonrepo_client.connection import (
     Protocol,
     build_request,
     grpc_tls_arguments,
-    request_timeout_us,
     resolve_url,
 )
 from tritonrepo_client.errors import (
@@ -40,6 +39,7 @@ from tritonrepo_client.errors import (
 )
 from tritonrepo_client.ranking import OUTPUTS, Ranking, SessionEvents, _ids
 from tritonrepo_client.retry import NO_RETRY, RetryPolicy
+from tritonrepo_client.scheduling import scheduling_kwargs
 from tritonrepo_client.validation import check_correlation_id
 
 A = TypeVar("A", bound="AsyncModelClient")
@@ -123,16 +123,20 @@ class AsyncTritonConnection:
         outputs: Sequence[str],
         timeout_s: float | None = None,
         retry: bool = True,
+        priority: int = 0,
+        timeout_us: int | None = None,
         **kwargs: Any,
     ) -> dict[str, np.ndarray]:
-        """One inference (as :meth:`tritonrepo_client.TritonConnection.infer`); sequence
-        events (``sequence_id`` given) are never retried.
+        """One inference (as :meth:`tritonrepo_client.TritonConnection.infer`, ``priority``
+        and ``timeout_us`` included); sequence events (``sequence_id`` given) are never
+        retried.
 
         Returns ``{output name: array}``.
         """
         deadline = self.timeout_s if timeout_s is None else timeout_s
         tensors, requested = build_request(self.module, inputs, outputs)
-        kwargs.setdefault("timeout", request_timeout_us(deadline))
+        for key, value in scheduling_kwargs(priority, timeout_us, deadline).items():
+            kwargs.setdefault(key, value)
         if self.protocol == "grpc":
             kwargs.setdefault("client_timeout", deadline)
         idempotent = retry and not kwargs.get("sequence_id")
@@ -178,9 +182,14 @@ class AsyncModelClient:
         timeout_s: float = 60.0,
         tls: GrpcTls | None = None,
         retry: RetryPolicy | None = None,
+        priority: int = 0,
+        timeout_us: int | None = None,
     ) -> None:
+        scheduling_kwargs(priority, timeout_us, timeout_s)  # ValueError now, not at a call
         self.connection = AsyncTritonConnection(url, protocol, timeout_s, tls, retry)
         self.model = model or self.DEFAULT_MODEL
+        self.priority = priority
+        self.timeout_us = timeout_us
 
     async def close(self) -> None:
         """Close the connection."""
@@ -200,10 +209,15 @@ class AsyncEmbeddingClient(AsyncModelClient):
     _max_batch_size: int | None = None
 
     async def embed(
-        self, texts: Sequence[str | bytes], timeout_s: float | None = None
+        self,
+        texts: Sequence[str | bytes],
+        timeout_s: float | None = None,
+        priority: int | None = None,
+        timeout_us: int | None = None,
     ) -> np.ndarray:
         """Embed ``texts``: FP32 ``[len(texts), 384]``, rows L2-normalised; more texts than
-        the ensemble's ``max_batch_size`` go as concurrent requests.
+        the ensemble's ``max_batch_size`` go as concurrent requests. ``priority`` (default:
+        the client's) and ``timeout_us``: as :meth:`tritonrepo_client.EmbeddingClient.embed`.
 
         Raises:
             ValueError: ``texts`` is empty.
@@ -223,6 +237,8 @@ class AsyncEmbeddingClient(AsyncModelClient):
                     {"TEXT": np.array(encoded[i : i + chunk], dtype=object).reshape(-1, 1)},
                     ["EMBEDDING"],
                     timeout_s=timeout_s,
+                    priority=self.priority if priority is None else priority,
+                    timeout_us=self.timeout_us if timeout_us is None else timeout_us,
                 )
                 for i in range(0, len(encoded), chunk)
             )
@@ -241,8 +257,11 @@ class AsyncRankingClient(AsyncModelClient):
         candidates: Sequence[int] | np.ndarray,
         top_k: int | None = None,
         timeout_s: float | None = None,
+        priority: int | None = None,
+        timeout_us: int | None = None,
     ) -> Ranking:
-        """Rank ``candidates`` for a user with ``history`` (as the thread-based client).
+        """Rank ``candidates`` for a user with ``history`` (as the thread-based client,
+        ``priority`` and ``timeout_us`` included).
 
         Raises:
             ValueError: ids are not integers.
@@ -252,7 +271,12 @@ class AsyncRankingClient(AsyncModelClient):
         if top_k is not None:
             inputs["TOP_K"] = np.array([top_k], dtype=np.int32)
         out = await self.connection.infer(
-            self.model, inputs, ["ITEM_IDS", "SCORES"], timeout_s=timeout_s
+            self.model,
+            inputs,
+            ["ITEM_IDS", "SCORES"],
+            timeout_s=timeout_s,
+            priority=self.priority if priority is None else priority,
+            timeout_us=self.timeout_us if timeout_us is None else timeout_us,
         )
         return Ranking(out["ITEM_IDS"], out["SCORES"])
 

@@ -7,24 +7,33 @@ Examples::
     tritonrepo-client --protocol grpc embed --similarity "cat" "kitten" "car"
     tritonrepo-client rank --history 12 7 981 --candidates 5 66 981 4000 --top-k 2
     tritonrepo-client session --correlation-id user-42 events.jsonl   # or - for stdin
+    tritonrepo-client classify cat.jpg cup.png --top-k 3   # ImageNet top-K table
     tritonrepo-client health                      # exit 1 unless every ensemble answers
     tritonrepo-client heal                        # reload steps whose stubs died; exit 1 if any
     tritonrepo-client heal --watch --interval 10  # the same every 10 s (a sidecar)
+    tritonrepo-client heal --watch --metrics-port 8003  # ... with Prometheus metrics
     tritonrepo-client models list
     tritonrepo-client rollout text_embedding_encoder --version 2
     tritonrepo-client rollback text_embedding_encoder
+    tritonrepo-client configs use cpu             # CPU fallback of a running server, no downtime
+    tritonrepo-client configs use default         # ... and back to config.pbtxt (TensorRT)
+    tritonrepo-client --priority bulk embed --input texts.txt --output vectors.npy
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo_client.bulk import embed_file
+from tritonrepo_client.classify import ClassificationClient, print_classifications
 from tritonrepo_client.cli_control import (
+    configs_command,
     heal_command,
     models_command,
     rollout_command,
@@ -34,7 +43,15 @@ from tritonrepo_client.connection import DEFAULT_URLS, ClientError, TritonConnec
 from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matrix
 from tritonrepo_client.health import DEFAULT_MODELS, check_health
 from tritonrepo_client.ranking import RankingClient, SessionClient, read_events
+from tritonrepo_client.scheduling import BULK, parse_priority
 from tritonrepo_client.validation import parse_correlation_id
+
+
+def _priority_argument(text: str) -> int:
+    try:
+        return parse_priority(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,6 +65,18 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         help="deadline of each call, seconds (default 60; 300 for models/rollout/rollback, "
         "whose loads are abandoned with the model's state when it passes)",
+    )
+    p.add_argument(
+        "--priority",
+        type=_priority_argument,
+        help="priority level of inference requests: realtime (1, the default) or bulk (2; the "
+        "default of embed --input), or a number",
+    )
+    p.add_argument(
+        "--timeout-us",
+        type=int,
+        help="Triton's queue timeout of each inference request, µs: still queued after it, the "
+        "request is rejected (default: the --timeout deadline)",
     )
     p.add_argument(
         "--repository-key-file",
@@ -101,6 +130,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     session.add_argument("--model", default="ctr_session")
 
+    classify = sub.add_parser(
+        "classify", help="ImageNet top-K of image files (JPEG/PNG/WebP) from image_classification"
+    )
+    classify.add_argument("images", nargs="+", type=Path, help="image files")
+    classify.add_argument("--top-k", type=int, default=5, help="classes per image (default 5)")
+    classify.add_argument("--model", default="image_classification")
+    classify.add_argument("--json", action="store_true", help="one JSON line per image")
+    classify.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+
     health = sub.add_parser(
         "health", help="liveness/readiness with a real inference per model; exit 1 if unhealthy"
     )
@@ -130,6 +168,17 @@ def _parser() -> argparse.ArgumentParser:
     heal.add_argument(
         "--backoff", type=float, default=30.0, help="seconds before retrying a failed reload"
     )
+    heal.add_argument(
+        "--metrics-port",
+        type=int,
+        help="with --watch: serve Prometheus metrics (tritonrepo_model_ready, "
+        "tritonrepo_step_restarts_total) on this port",
+    )
+    heal.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        help="address of --metrics-port (0.0.0.0 in a container that Prometheus scrapes)",
+    )
 
     models = sub.add_parser("models", help="explicit model control (needs the repository key)")
     msub = models.add_subparsers(dest="action", required=True)
@@ -145,6 +194,32 @@ def _parser() -> argparse.ArgumentParser:
     ready = msub.add_parser("ready", help="exit 0 if the model (version) is READY, else 1")
     ready.add_argument("model")
     ready.add_argument("--version", default="")
+
+    configs = sub.add_parser(
+        "configs",
+        help="switch the running server to another config set (CPU fallback) through the load "
+        "API, model by model, with probes (needs the repository key)",
+    )
+    csub = configs.add_subparsers(dest="action", required=True)
+    use = csub.add_parser("use", help="reload every loaded model with its config in SET")
+    use.add_argument("config_set", metavar="SET", help="cpu, torch_gpu, ... or default")
+    use.add_argument("--force", action="store_true", help="switch even if unhealthy now")
+    show = csub.add_parser("show", help="the config set each loaded model serves")
+    for cmd in (use, show):
+        cmd.add_argument(
+            "--repository",
+            type=Path,
+            default=Path(os.environ.get("TRITONREPO_MODEL_REPOSITORY", MODEL_REPOSITORY)),
+            help="the model repository the configs are read from (default: "
+            "$TRITONREPO_MODEL_REPOSITORY, else this checkout's)",
+        )
+        cmd.add_argument(
+            "--model",
+            dest="models",
+            action="append",
+            help="served model to probe (repeatable; default: those of "
+            f"{', '.join(DEFAULT_MODELS)} that are loaded)",
+        )
 
     for name, text in (
         ("rollout", "serve another version with a canary check, without downtime"),
@@ -179,12 +254,23 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _scheduling(args: argparse.Namespace) -> dict:
+    """The clients' ``priority`` / ``timeout_us`` from ``--priority`` / ``--timeout-us``."""
+    return {"priority": args.priority or 0, "timeout_us": args.timeout_us}
+
+
 def _embed_file(args: argparse.Namespace) -> int:
     if args.output is None or args.texts:
         print("error: --input needs --output and no texts on the command line", file=sys.stderr)
         return 2
     with EmbeddingClient(
-        args.url, args.protocol, args.model, args.timeout, tls_from_args(args)
+        args.url,
+        args.protocol,
+        args.model,
+        args.timeout,
+        tls_from_args(args),
+        priority=BULK if args.priority is None else args.priority,
+        timeout_us=args.timeout_us,
     ) as client:
         report = embed_file(
             client,
@@ -212,7 +298,7 @@ def _embed(args: argparse.Namespace) -> int:
         print("error: no text given (pass texts as arguments or on stdin)", file=sys.stderr)
         return 2
     with EmbeddingClient(
-        args.url, args.protocol, args.model, args.timeout, tls_from_args(args)
+        args.url, args.protocol, args.model, args.timeout, tls_from_args(args), **_scheduling(args)
     ) as client:
         vectors = client.embed(texts)
     if args.similarity:
@@ -230,6 +316,17 @@ def _embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _classify(args: argparse.Namespace) -> int:
+    if args.top_k < 1:
+        print(f"error: --top-k must be >= 1, got {args.top_k}", file=sys.stderr)
+        return 2
+    with ClassificationClient(
+        args.url, args.protocol, args.model, args.timeout, tls_from_args(args), **_scheduling(args)
+    ) as client:
+        results = client.classify_each(args.images, args.top_k, args.concurrency)
+    return print_classifications(args.images, results, as_json=args.json)
+
+
 def _health(args: argparse.Namespace) -> int:
     with TritonConnection(args.url, args.protocol, args.timeout, tls_from_args(args)) as conn:
         checks = check_health(conn, args.models or DEFAULT_MODELS, live_only=args.live)
@@ -240,7 +337,7 @@ def _health(args: argparse.Namespace) -> int:
 
 def _rank(args: argparse.Namespace) -> int:
     with RankingClient(
-        args.url, args.protocol, args.model, args.timeout, tls_from_args(args)
+        args.url, args.protocol, args.model, args.timeout, tls_from_args(args), **_scheduling(args)
     ) as client:
         ranking = client.rank(args.history, args.candidates, args.top_k)
     print(json.dumps(ranking.as_dict()))
@@ -265,8 +362,10 @@ COMMANDS = {
     "embed": _embed,
     "rank": _rank,
     "session": _session,
+    "classify": _classify,
     "health": _health,
     "heal": heal_command,
+    "configs": configs_command,
     "models": models_command,
     "rollout": rollout_command,
     "rollback": rollout_command,
@@ -274,7 +373,7 @@ COMMANDS = {
 
 
 # Commands that load or unload models: longer default deadline.
-CONTROL_COMMANDS = ("models", "rollout", "rollback", "heal")
+CONTROL_COMMANDS = ("models", "rollout", "rollback", "heal", "configs")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -285,6 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.timeout = 300.0 if args.command in CONTROL_COMMANDS else 60.0
     if args.timeout <= 0:
         print(f"error: --timeout must be > 0 seconds, got {args.timeout:g}", file=sys.stderr)
+        return 2
+    if args.timeout_us is not None and args.timeout_us < 1:
+        print(f"error: --timeout-us must be >= 1 µs, got {args.timeout_us}", file=sys.stderr)
         return 2
     try:
         return COMMANDS[args.command](args)

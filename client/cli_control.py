@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 import numpy as np
 
 from tritonrepo import repository_key
 from tritonrepo_client.connection import GrpcTls, TritonConnection
+from tritonrepo_client.errors import ClientError, ServerUnreachable
 from tritonrepo_client.healing import ChangeLog, Healer, HealReport
 from tritonrepo_client.health import DEFAULT_MODELS
 from tritonrepo_client.repository import RepositoryClient
@@ -101,11 +103,48 @@ def rollout_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def configs_command(args: argparse.Namespace) -> int:
+    """``configs use SET``: switch every loaded model to its config in SET, model by model
+    (:func:`tritonrepo_client.config_sets.switch_config_set`); ``configs show``: the set each
+    loaded model serves."""
+    from tritonrepo_client.config_sets import current_config_sets, switch_config_set
+
+    with (
+        _repository(args) as repo,
+        TritonConnection(args.url, args.protocol, args.timeout, tls_from_args(args)) as conn,
+    ):
+        loaded = sorted({r.name for r in repo.index() if r.state == "READY"})
+        # Probe what serves: the named models, else the default ones that are loaded.
+        served = args.models or [m for m in DEFAULT_MODELS if m in loaded]
+        if args.action == "show":
+            for model, config_set in current_config_sets(repo, loaded).items():
+                print(f"{model:<28} {config_set}")
+            return 0
+        print(f"switching to the '{args.config_set}' configs from {args.repository}", flush=True)
+        steps = switch_config_set(
+            repo,
+            conn,
+            args.repository,
+            args.config_set,
+            served,
+            force=args.force,
+            progress=lambda line: print(f"  {line}", flush=True),
+        )
+        total = sum(s.seconds for s in steps)
+        print(
+            f"{len(steps)} models serve the '{args.config_set}' configs ({total:.0f} s); "
+            f"{', '.join(served)} answer probes"
+        )
+    return 0
+
+
 def heal_command(args: argparse.Namespace) -> int:
     """``heal``: one pass (exit 0 if every model serves afterwards, else 1), or ``--watch``:
     a pass every ``--interval`` seconds until SIGTERM/SIGINT (exit 0), printing what changed."""
     if args.interval <= 0:
         raise ValueError("--interval must be > 0 seconds")
+    if args.metrics_port is not None and not args.watch:
+        raise ValueError("--metrics-port needs --watch (one pass has nothing to publish)")
     with (
         _repository(args) as repo,
         TritonConnection(
@@ -117,7 +156,7 @@ def heal_command(args: argparse.Namespace) -> int:
             report = healer.heal_once()
             _print_heal(report, report.lines())
             return 0 if report.healthy else 1
-        return _heal_watch(healer, args.interval)
+        return _heal_watch(healer, args.interval, args.metrics_port, args.metrics_address)
 
 
 def _print_heal(report: HealReport, lines: list[str]) -> None:
@@ -129,21 +168,38 @@ def _print_heal(report: HealReport, lines: list[str]) -> None:
         print(f"FAIL {model}: {error}" if error else f"ok   {model}", flush=True)
 
 
-def _heal_watch(healer: Healer, interval_s: float) -> int:
+def _heal_watch(
+    healer: Healer, interval_s: float, metrics_port: int | None, metrics_address: str
+) -> int:
     import signal
     import threading
+
+    from tritonrepo_client.heal_metrics import HealMetrics
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     changes = ChangeLog()
+    metrics = HealMetrics(healer.models)
 
     def on_report(report: HealReport) -> None:
+        metrics.observe(report)
         for line in changes.lines(report):
             print(line, flush=True)
 
+    def on_error(exc: Exception) -> None:
+        if isinstance(exc, ServerUnreachable):
+            metrics.unreachable()
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+
+    if metrics_port is not None:
+        with contextlib.suppress(ClientError):
+            metrics.track(healer.loaded_models())
+        metrics.serve(metrics_port, metrics_address)
+        print(f"metrics on http://{metrics_address}:{metrics_port}/metrics", flush=True)
     print(f"healing {', '.join(healer.models)} every {interval_s:g} s", flush=True)
-    healer.watch(
-        interval_s, stop, on_report, lambda exc: print(f"error: {exc}", file=sys.stderr, flush=True)
-    )
+    try:
+        healer.watch(interval_s, stop, on_report, on_error)
+    finally:
+        metrics.close()
     return 0

@@ -27,6 +27,7 @@ from tritonrepo_client.errors import (
     classify,
 )
 from tritonrepo_client.retry import NO_RETRY, RetryPolicy
+from tritonrepo_client.scheduling import scheduling_kwargs
 
 Protocol = Literal["http", "grpc"]
 DEFAULT_URLS: dict[str, str] = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
@@ -89,13 +90,6 @@ def build_request(
         tensor.set_data_from_numpy(value)
         tensors.append(tensor)
     return tensors, [module.InferRequestedOutput(name) for name in outputs]
-
-
-def request_timeout_us(deadline_s: float) -> int:
-    """Triton's request ``timeout`` parameter (µs, >= 1) for a client deadline in seconds: a
-    model whose queue policy has ``allow_timeout_override`` drops the request from its queue
-    once it passes."""
-    return max(1, int(deadline_s * 1e6))
 
 
 class TritonConnection:
@@ -267,6 +261,8 @@ class TritonConnection:
         model_version: str = "",
         timeout_s: float | None = None,
         retry: bool = True,
+        priority: int = 0,
+        timeout_us: int | None = None,
         **kwargs: Any,
     ) -> dict[str, np.ndarray]:
         """One inference; ``inputs`` are numpy arrays (object arrays of bytes for BYTES).
@@ -275,6 +271,10 @@ class TritonConnection:
             timeout_s: this call's deadline, seconds (default: the connection's). It is both
                 the client's deadline and Triton's request ``timeout`` (µs), so a model whose
                 queue policy allows it drops the request once nobody waits for it.
+            priority: priority level (1 realtime, 2 bulk; 0 = the model's default:
+                :mod:`tritonrepo_client.scheduling`).
+            timeout_us: Triton's queue timeout in µs, when it should differ from the deadline
+                (a request still queued after it is rejected as UNAVAILABLE).
             retry: retry per the connection's policy; pass False for calls that are not
                 idempotent (sequence events; done for you when ``sequence_id`` is given).
             kwargs: tritonclient ``infer`` arguments (``sequence_id``, ``request_id``, ...).
@@ -287,7 +287,8 @@ class TritonConnection:
         """
         deadline = self.timeout_s if timeout_s is None else timeout_s
         tensors, requested = build_request(self.module, inputs, outputs)
-        kwargs.setdefault("timeout", request_timeout_us(deadline))
+        for key, value in scheduling_kwargs(priority, timeout_us, deadline).items():
+            kwargs.setdefault(key, value)
         if self.protocol == "grpc":
             kwargs.setdefault("client_timeout", deadline)
         idempotent = retry and not kwargs.get("sequence_id")
@@ -345,6 +346,10 @@ class ModelClient:
         timeout_s: deadline per call, seconds (methods take their own ``timeout_s`` too).
         tls: gRPC over TLS (:class:`GrpcTls`).
         retry: retries of idempotent calls (:class:`RetryPolicy`; never for session events).
+        priority: priority level of its requests unless a call names one (1 realtime, 2 bulk;
+            0 = the model's default: :mod:`tritonrepo_client.scheduling`).
+        timeout_us: Triton's queue timeout of its requests in µs unless a call names one
+            (None: the call's deadline).
 
     A client is safe to share across threads (:class:`TritonConnection`).
     """
@@ -359,9 +364,27 @@ class ModelClient:
         timeout_s: float = 60.0,
         tls: GrpcTls | None = None,
         retry: RetryPolicy | None = None,
+        priority: int = 0,
+        timeout_us: int | None = None,
     ) -> None:
+        scheduling_kwargs(priority, timeout_us, timeout_s)  # ValueError now, not at a call
         self.connection = TritonConnection(url, protocol, timeout_s, tls, retry)
         self.model = model or self.DEFAULT_MODEL
+        self.priority = priority
+        self.timeout_us = timeout_us
+
+    _max_batch_size: int | None = None
+
+    @property
+    def max_batch_size(self) -> int:
+        """The model's ``max_batch_size`` (read from the server once).
+
+        Raises:
+            ClientError: the config cannot be read.
+        """
+        if self._max_batch_size is None:
+            self._max_batch_size = int(self.connection.model_config(self.model)["max_batch_size"])
+        return self._max_batch_size
 
     def close(self) -> None:
         """Close the connection."""

@@ -41,25 +41,21 @@ class EmbeddingClient(ModelClient):
     ``model`` defaults to ``text_embedding``)."""
 
     DEFAULT_MODEL = "text_embedding"
-    _max_batch_size: int | None = None
-
-    @property
-    def max_batch_size(self) -> int:
-        """The ensemble's ``max_batch_size`` (read from the server once)."""
-        if self._max_batch_size is None:
-            self._max_batch_size = int(self.connection.model_config(self.model)["max_batch_size"])
-        return self._max_batch_size
 
     def embed(
         self,
         texts: Sequence[str | bytes],
         model_version: str = "",
         timeout_s: float | None = None,
+        priority: int | None = None,
+        timeout_us: int | None = None,
     ) -> np.ndarray:
         """Embed ``texts``; FP32 ``[len(texts), 384]``, rows L2-normalised.
 
         More texts than the ensemble's ``max_batch_size`` are sent as several requests, each
-        with the deadline ``timeout_s`` seconds (default: the client's).
+        with the deadline ``timeout_s`` seconds (default: the client's). ``priority``: 1
+        realtime, 2 bulk (default: the client's); ``timeout_us``: Triton's queue timeout in µs
+        when it should differ from the deadline (:mod:`tritonrepo_client.scheduling`).
 
         Raises:
             ValueError: ``texts`` is empty.
@@ -79,6 +75,8 @@ class EmbeddingClient(ModelClient):
                 ["EMBEDDING"],
                 model_version=model_version,
                 timeout_s=timeout_s,
+                priority=self.priority if priority is None else priority,
+                timeout_us=self.timeout_us if timeout_us is None else timeout_us,
             )
             parts.append(result["EMBEDDING"])
         return np.concatenate(parts, axis=0)
@@ -89,10 +87,13 @@ class EmbeddingClient(ModelClient):
         batch_size: int | None = None,
         concurrency: int = 4,
         timeout_s: float | None = None,
+        priority: int | None = None,
+        timeout_us: int | None = None,
     ) -> Iterator[np.ndarray]:
         """Embed a stream of texts of any length with bounded memory: yields FP32
         ``[b, 384]`` arrays, one per batch of ``batch_size`` texts (default: the ensemble's
-        ``max_batch_size``), in input order, with at most ``concurrency`` requests in flight.
+        ``max_batch_size``), in input order, with at most ``concurrency`` requests in flight;
+        ``timeout_s``, ``priority`` and ``timeout_us`` apply to each request (:meth:`embed`).
 
         Raises:
             BadText: the server refused a text (its ``index`` in the stream is named).
@@ -111,7 +112,8 @@ class EmbeddingClient(ModelClient):
                     batch = list(itertools.islice(items, size))
                     if not batch:
                         break
-                    pending.append((start, pool.submit(self.embed, batch, "", timeout_s)))
+                    future = pool.submit(self.embed, batch, "", timeout_s, priority, timeout_us)
+                    pending.append((start, future))
                     start += len(batch)
                 if not pending:
                     return

@@ -263,6 +263,14 @@ class Healer:
                     on_error(exc)
             stop.wait(interval_s)
 
+    def loaded_models(self) -> set[str]:
+        """Models with a READY version (the repository index), the steps it may reload.
+
+        Raises:
+            ClientError: the repository index cannot be read.
+        """
+        return self._loaded()
+
     def _loaded(self) -> set[str]:
         """Models with a READY version (the repository index)."""
         return {r.name for r in self.repo.index() if r.state == "READY"}

@@ -20,7 +20,7 @@ import numpy as np
 
 from tritonrepo_client.connection import ClientError, TritonConnection
 
-DEFAULT_MODELS = ("text_embedding", "ctr_ranking", "ctr_session")
+DEFAULT_MODELS = ("text_embedding", "ctr_ranking", "ctr_session", "image_classification")
 
 
 @dataclass(frozen=True)
@@ -100,11 +100,63 @@ def probe_ctr_session(conn: TritonConnection, model: str) -> str:
     return _check_ranking(out["ITEM_IDS"], out["SCORES"], PROBE_CANDIDATES, 3)
 
 
+def probe_png(width: int = 32, height: int = 32) -> bytes:
+    """A valid 8-bit RGB PNG of a horizontal gradient, made with the standard library (the
+    client needs no image library)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    row = b"\x00" + b"".join(bytes((x * 8 % 256, 128, 255 - x * 8 % 256)) for x in range(width))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(row * height))
+        + chunk(b"IEND", b"")
+    )
+
+
+def probe_image_classification(conn: TritonConnection, model: str) -> str:
+    """Classify a small PNG with TOP_K 3: 3 labels, probabilities in (0, 1], descending.
+
+    Raises:
+        ClientError: the inference failed or its output is wrong.
+    """
+    out = conn.infer(
+        model,
+        {
+            "IMAGE": np.array([[probe_png()]], dtype=object),
+            "TOP_K": np.array([[3]], dtype=np.int32),
+        },
+        ["LABELS", "SCORES"],
+    )
+    labels, scores = out["LABELS"], out["SCORES"]
+    if labels is None or labels.shape != (1, 3) or scores is None or scores.shape != (1, 3):
+        raise ClientError(
+            f"LABELS/SCORES have shapes {getattr(labels, 'shape', None)}, "
+            f"{getattr(scores, 'shape', None)}, expected (1, 3)"
+        )
+    row = scores[0]
+    if (
+        not (np.isfinite(row).all() and (row > 0).all() and (row <= 1).all())
+        or (np.diff(row) > 0).any()
+    ):
+        raise ClientError(f"SCORES {row.tolist()} are not probabilities in descending order")
+    top = labels[0][0]
+    top = top.decode() if isinstance(top, bytes) else str(top)
+    return f"3 classes, top '{top}' {row[0]:.4f}"
+
+
 # Probe inference per model name; models without one are checked for readiness only.
 PROBES: dict[str, Callable[[TritonConnection, str], str]] = {
     "text_embedding": probe_text_embedding,
     "ctr_ranking": probe_ctr_ranking,
     "ctr_session": probe_ctr_session,
+    "image_classification": probe_image_classification,
 }
 
 

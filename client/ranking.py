@@ -50,11 +50,15 @@ class RankingClient(ModelClient):
         candidates: Sequence[int] | np.ndarray,
         top_k: int | None = None,
         timeout_s: float | None = None,
+        priority: int | None = None,
+        timeout_us: int | None = None,
     ) -> Ranking:
         """Rank ``candidates`` (1..512 ids) for a user with ``history`` (ids, newest last).
 
         ``top_k`` defaults to the server's (10); it is cut to ``len(candidates)``.
-        ``timeout_s``: this call's deadline, seconds (default: the client's).
+        ``timeout_s``: this call's deadline, seconds (default: the client's). ``priority``: 1
+        realtime, 2 bulk (default: the client's); ``timeout_us``: Triton's queue timeout in µs
+        when it should differ from the deadline (:mod:`tritonrepo_client.scheduling`).
 
         Raises:
             ValueError: ids are not integers.
@@ -68,7 +72,14 @@ class RankingClient(ModelClient):
         }
         if top_k is not None:
             inputs["TOP_K"] = np.array([top_k], dtype=np.int32)
-        out = self.connection.infer(self.model, inputs, ["ITEM_IDS", "SCORES"], timeout_s=timeout_s)
+        out = self.connection.infer(
+            self.model,
+            inputs,
+            ["ITEM_IDS", "SCORES"],
+            timeout_s=timeout_s,
+            priority=self.priority if priority is None else priority,
+            timeout_us=self.timeout_us if timeout_us is None else timeout_us,
+        )
         return Ranking(out["ITEM_IDS"], out["SCORES"])
 
 

@@ -12,7 +12,7 @@ set -euo pipefail
 repo="${TRITONREPO_MODEL_REPOSITORY:-/opt/tritonrepo/model_repository}"
 # The launcher's models (tritonrepo/launcher.py DEFAULT_MODELS): the ones the health check
 # (`tritonrepo-client health`) probes by default.
-models=(text_embedding ctr_ranking ctr_session)
+models=(text_embedding ctr_ranking ctr_session image_classification)
 header=x-model-repository-key
 # API categories only key holders may call (tritonrepo/repository_key.py RESTRICTED_APIS).
 restricted=model-repository,shared-memory,logging,trace
@@ -34,6 +34,9 @@ args=(
   # /v2/health/ready must not flip when an unrelated model fails to load; readiness probes
   # run `tritonrepo-client health` (a real inference per served model) instead.
   --strict-readiness=false
+  # Latency quantiles per model (nv_inference_request_summary_us{quantile="0.99"}), which the
+  # p99 alert and the dashboard read (deploy/prometheus/alerts.yml), as the launcher runs it.
+  --metrics-config=summary_latencies=true
 )
 if [[ "${TRITONREPO_CONFIG:-gpu}" == "cpu" ]]; then
   args+=(--model-config-name=cpu)

@@ -184,6 +184,8 @@ def test_quick_run_measures_every_system(tmp_path):
     for workload in ("ctr_ranking", "ctr_session"):
         keys = {k for w, k in systems if w == workload}
         assert {"torch_1", "naive", "triton_v1", "triton_v2", "triton_v1_no_batching"} <= keys
+    images = {k for w, k in systems if w == "image_classification"}
+    assert {"torch_1", "torch_16", "naive", "triton_v1", "triton_v2", "resnet50_triton"} <= images
     for (workload, key), s in systems.items():
         levels = [m["concurrency"] for m in s["levels"]]
         assert levels == ([0] if s["load"] == IN_PROCESS else run["settings"]["levels"]), key
@@ -194,7 +196,7 @@ def test_quick_run_measures_every_system(tmp_path):
     assert aucs[0] == pytest.approx(aucs[1], abs=1e-4), "served FP32 AUC equals PyTorch's"
     text = (tmp_path / "report.md").read_text()
     assert "quick mode" in text and "## Targets" in text
-    for workload in ("text_embedding", "ctr_ranking", "ctr_session"):
+    for workload in ("text_embedding", "ctr_ranking", "ctr_session", "image_classification"):
         assert f"## {workload}" in text
         for kind in ("throughput", "latency"):
             assert (tmp_path / f"{workload}_{kind}.png").read_bytes()[:8] == PNG_MAGIC

@@ -248,7 +248,8 @@ def test_entrypoint_with_plans_starts_the_server(tmp_path) -> None:
     repo = tmp_path / "model_repository"
     assert check == (
         f"python -m tritonrepo.preflight --repository {repo} --model-config-name  "
-        "--model=text_embedding --model=ctr_ranking --model=ctr_session"
+        "--model=text_embedding --model=ctr_ranking --model=ctr_session "
+        "--model=image_classification"
     )
     assert serve.startswith("tritonserver ") and "--model-control-mode=explicit" in serve
     locked = "model-repository,shared-memory,logging,trace:x-model-repository-key=sekrit"

@@ -67,7 +67,8 @@ def test_cli_reports_missing_plans_for_the_gpu_set_and_exits_1(repo):
         f"error   {spec.ENCODER_MODEL}: 1/model.plan is missing; build it with `make build-plans`"
         in out.stdout
     )
-    assert "preflight: 3 errors" in out.stdout  # encoder, ctr_model, ctr_session plans
+    # encoder, ctr_model, ctr_session and image_classifier plans
+    assert "preflight: 4 errors" in out.stdout
 
 
 def test_plan_for_another_gpu_or_too_small_a_profile_is_refused(repo, monkeypatch):

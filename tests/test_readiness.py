@@ -75,7 +75,7 @@ def test_an_unrelated_failed_load_does_not_flip_readiness(strict_server):
     assert out.returncode == 0, out.stdout + out.stderr
     for model in DEFAULT_MODELS:
         assert f"ok   {model} inference:" in out.stdout, out.stdout
-    assert "ok   ready: all 3 served models READY and answering" in out.stdout, out.stdout
+    assert "ok   ready: all 4 served models READY and answering" in out.stdout, out.stdout
     with EmbeddingClient(strict_server.options.http_url) as client:
         assert client.embed(["still serving"]).shape == (1, spec.HIDDEN_SIZE)
     with RankingClient(strict_server.options.http_url) as client:

@@ -141,16 +141,17 @@ def check_model(repository: Path, model: str, config_name: str | None) -> list[F
                 Finding("error", model, f"{wanted.relative_to(repository / model)} is missing{fix}")
             )
             continue
-        tokenizer = cfg.parameters.get("tokenizer_file")
-        if tokenizer and not (folder / tokenizer.string_value).is_file():
-            findings.append(
-                Finding(
-                    "error",
-                    model,
-                    f"{version}/{tokenizer.string_value} is "
-                    "missing; build it with `make artifacts`",
+        for key in ("tokenizer_file", "labels_file"):  # built files a Python step reads
+            built = cfg.parameters.get(key)
+            if built and not (folder / built.string_value).is_file():
+                findings.append(
+                    Finding(
+                        "error",
+                        model,
+                        f"{version}/{built.string_value} is missing; "
+                        "build it with `make artifacts`",
+                    )
                 )
-            )
         if kind == "tensorrt_plan":
             findings += _check_plan(cfg, folder)
         if kind == "torch_python":

@@ -12,6 +12,11 @@ class InvalidRequest(ValueError):
     """A request's inputs cannot be served; its message is sent back to that client only."""
 
 
+class OverLimit(InvalidRequest):
+    """A request exceeds a documented size limit (README, "Limits"); counted apart from other
+    invalid input (``tritonrepo_step_errors_total{kind="over_limit"}``)."""
+
+
 def check_each(items: Sequence[T], check: Callable[[T], object]) -> tuple[list, list[int]]:
     """Validate every item of a batch on its own.
 

@@ -149,6 +149,9 @@ class TritonServer:
             f"--metrics-address={o.host}",
             f"--metrics-port={o.metrics_port}",
             "--allow-gpu-metrics=false",
+            # Latency quantiles per model (nv_inference_request_summary_us{quantile="0.99"} and
+            # the queue/compute summaries), which the p99 alert and the dashboard read.
+            "--metrics-config=summary_latencies=true",
             "--exit-on-error=false",
             # Readiness is judged per served model with a probe (tritonrepo_client.health): a
             # strict server turns not-ready when any unrelated model fails to load.
@@ -210,7 +213,9 @@ class TritonServer:
                 else ""
             )
             raise LaunchError(f"preflight: model '{errors[0].model}': {errors[0].message}{more}")
-        ports = (("HTTP", o.http_port), ("gRPC", o.grpc_port), ("metrics", o.metrics_port))
+        ports = [("HTTP", o.http_port), ("gRPC", o.grpc_port), ("metrics", o.metrics_port)]
+        if o.heal_interval_s and o.heal_metrics_port is not None:
+            ports.append(("self-healing metrics", o.heal_metrics_port))
         for what, port in ports:
             check_port_free(o.host, port, what)
 

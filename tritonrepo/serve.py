@@ -64,6 +64,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="seconds between self-healing passes: probe every model and reload a step whose "
         "Python stub process died (default 10; 0 = off)",
     )
+    p.add_argument(
+        "--heal-metrics-port",
+        type=int,
+        default=8003,
+        help="port of the self-healing supervisor's Prometheus metrics (model ready, step "
+        "restarts; default 8003; 0 = off)",
+    )
     p.add_argument("--grpc-tls-cert", type=Path, help="PEM certificate: serve gRPC over TLS")
     p.add_argument("--grpc-tls-key", type=Path, help="PEM private key of --grpc-tls-cert")
     p.add_argument(
@@ -172,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         repository_key=key,
         grpc_tls=tls,
         heal_interval_s=args.heal_interval or None,
+        heal_metrics_port=args.heal_metrics_port or None,
     )
     server = TritonServer(options)
     print(
@@ -197,7 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.heal_interval_s:
         print(
             f"self-healing: every {options.heal_interval_s:g} s, a probe per model; a step whose "
-            "stub died is reloaded and logged as 'heal: ...' (--heal-interval 0 = off)",
+            "stub died is reloaded and logged as 'heal: ...' (--heal-interval 0 = off)"
+            + (f"; its metrics: {options.heal_metrics_url}" if options.heal_metrics_url else ""),
             flush=True,
         )
     print(

@@ -10,7 +10,7 @@ from pathlib import Path
 from tritonrepo import repository_key
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 
-DEFAULT_MODELS = ("text_embedding", "ctr_ranking", "ctr_session")
+DEFAULT_MODELS = ("text_embedding", "ctr_ranking", "ctr_session", "image_classification")
 # Config sets that put Python-backend steps on the GPU, with the CUDA memory pool they need per
 # GPU: the Python backend moves GPU tensors between its stub processes and the server through
 # this pool, and a 512 x 256 x 384 FP16 batch of token embeddings alone is 100 MB (Triton's
@@ -50,6 +50,9 @@ class ServerOptions:
     steps whose stubs died: :mod:`tritonrepo_client.healing`); None or 0 = no supervisor.
     ``heal_backoff_s``: seconds before the supervisor retries a step whose reload failed
     (doubled each time, 3 attempts).
+    ``heal_metrics_port``: TCP port on ``host`` where the supervisor serves its Prometheus
+    metrics (``tritonrepo_model_ready``, ``tritonrepo_step_restarts_total``:
+    :mod:`tritonrepo_client.heal_metrics`); None = not served.
     """
 
     model_repository: Path = MODEL_REPOSITORY
@@ -69,6 +72,7 @@ class ServerOptions:
     grpc_tls: GrpcServerTls | None = None
     heal_interval_s: float | None = None
     heal_backoff_s: float = 30.0
+    heal_metrics_port: int | None = None
 
     @property
     def client_host(self) -> str:
@@ -93,6 +97,13 @@ class ServerOptions:
     def metrics_url(self) -> str:
         """``http://host:port/metrics``: the Prometheus endpoint."""
         return f"http://{self.client_host}:{self.metrics_port}/metrics"
+
+    @property
+    def heal_metrics_url(self) -> str | None:
+        """``http://host:port/metrics`` of the supervisor, or None when not served."""
+        if self.heal_metrics_port is None:
+            return None
+        return f"http://{self.client_host}:{self.heal_metrics_port}/metrics"
 
     @property
     def grpc_url(self) -> str:

@@ -1,12 +1,14 @@
 """The launcher's self-healing supervisor: a thread that runs
 :meth:`tritonrepo_client.healing.Healer.watch` on the served models every few seconds, over HTTP
-with the repository key, and writes each restore (or failed one) as one ``heal:`` line on the
-launcher's stderr. Besides the probe inferences it watches the server's stub processes
-(:class:`StubWatch`): under load, probes of a model with two instances keep landing on the
-healthy one."""
+with the repository key. It writes each restore (or failed one) as one ``heal:`` line on the
+launcher's stderr and, when ``heal_metrics_port`` is set, publishes what it saw as Prometheus
+metrics (:mod:`tritonrepo_client.heal_metrics`). Besides the probe inferences it watches the
+server's stub processes (:class:`StubWatch`): under load, probes of a model with two instances
+keep landing on the healthy one."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections.abc import Callable
@@ -86,25 +88,33 @@ class Supervisor:
 
     def _run(self, interval_s: float) -> None:
         from tritonrepo_client.connection import TritonConnection
+        from tritonrepo_client.errors import ClientError, ServerUnreachable
+        from tritonrepo_client.heal_metrics import HealMetrics
         from tritonrepo_client.healing import ChangeLog, Healer
         from tritonrepo_client.repository import RepositoryClient
 
         o = self.options
         changes = ChangeLog()
         last_error = [""]
+        metrics = HealMetrics(o.models)
 
         def on_report(report: Any) -> None:
             self.reports.extend(report.steps)
+            metrics.observe(report)
             last_error[0] = ""
             for line in changes.lines(report):
                 log(f"heal: {line}")
 
         def on_error(exc: Exception) -> None:
+            if isinstance(exc, ServerUnreachable):
+                metrics.unreachable()
             if str(exc) != last_error[0] and not self._stop.is_set():
                 log(f"heal: pass failed: {exc}")
             last_error[0] = str(exc)
 
         try:
+            if o.heal_metrics_port is not None:
+                metrics.serve(o.heal_metrics_port, o.host)
             with (
                 RepositoryClient(o.http_url, "http", key=o.repository_key or "") as repo,
                 TritonConnection(o.http_url, "http", timeout_s=30.0) as conn,
@@ -116,6 +126,10 @@ class Supervisor:
                     backoff_s=o.heal_backoff_s,
                     dead_instances=StubWatch(self._list_stubs),
                 )
+                with contextlib.suppress(ClientError):
+                    metrics.track(healer.loaded_models())
                 healer.watch(interval_s, self._stop, on_report, on_error)
         except Exception as exc:  # the supervisor must say why it stopped, not vanish
             log(f"heal: supervisor stopped: {type(exc).__name__}: {exc}")
+        finally:
+            metrics.close()

@@ -26,6 +26,7 @@ import numpy as np
 
 from tritonrepo.error_log import ErrorLog
 from tritonrepo.errors import InvalidRequest
+from tritonrepo.step_metrics import StepErrorCounters, error_kind
 
 Outputs = dict[str, np.ndarray]
 
@@ -56,6 +57,12 @@ class PythonStep:
             for key, value in self.model_config.get("parameters", {}).items()
         }
         self.error_log = ErrorLog(pb_utils.Logger.log_warn)
+        self.error_counters = StepErrorCounters(
+            pb_utils,
+            self.model_name,
+            args.get("model_version", ""),
+            args.get("model_instance_name", ""),
+        )
         self.output_dtypes = {
             out["name"]: pb_utils.triton_string_to_numpy(out["data_type"])
             for out in self.model_config["output"]
@@ -154,10 +161,10 @@ class PythonStep:
                 items.append(self.prepare(self.read_inputs(request)))
                 positions.append(i)
             except InvalidRequest as exc:
-                responses[i] = self._error(request, f"{self.model_name}: {exc}", True)
+                responses[i] = self._error(request, f"{self.model_name}: {exc}", error_kind(exc))
             except Exception as exc:  # a bug must not take the other requests down
                 message = f"{self.model_name}: internal error: {exc!r}"
-                responses[i] = self._error(request, message, False)
+                responses[i] = self._error(request, message, "internal")
         if items:
             try:
                 results = self.run(items)
@@ -167,8 +174,13 @@ class PythonStep:
                 responses[i] = self._response(requests[i], result)
         return responses
 
-    def _error(self, request: Any, message: str, invalid_argument: bool) -> Any:
-        """The error answer to ``request``, also written to the server log (rate-limited)."""
+    def _error(self, request: Any, message: str, kind: str) -> Any:
+        """The error answer to ``request``, also written to the server log (rate-limited) and
+        counted in ``tritonrepo_step_errors_total`` under ``kind``
+        (:data:`tritonrepo.step_metrics.ERROR_KINDS`)."""
+        counters = getattr(self, "error_counters", None)
+        if counters is not None:
+            counters.count(kind)
         log = getattr(self, "error_log", None)
         if log is not None:
             try:
@@ -176,13 +188,11 @@ class PythonStep:
             except Exception:
                 request_id = ""
             log.error(self.model_name, request_id, message)
-        return self.error_response(message, invalid_argument)
+        return self.error_response(message, invalid_argument=kind != "internal")
 
     def _response(self, request: Any, result: Outputs | Exception) -> Any:
         if isinstance(result, Exception):
-            return self._error(
-                request, f"{self.model_name}: {result}", isinstance(result, InvalidRequest)
-            )
+            return self._error(request, f"{self.model_name}: {result}", error_kind(result))
         tensors = [self._tensor(name, value) for name, value in result.items()]
         return self.pb_utils.InferenceResponse(output_tensors=tensors)
 

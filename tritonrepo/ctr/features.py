@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tritonrepo.ctr import spec
-from tritonrepo.errors import InvalidRequest
+from tritonrepo.errors import InvalidRequest, OverLimit
 
 
 def to_vocabulary(item_ids: np.ndarray) -> np.ndarray:
@@ -68,13 +68,13 @@ def check_candidates(candidates: np.ndarray, name: str = "CANDIDATES") -> np.nda
         INT64 ``[n]``.
 
     Raises:
-        InvalidRequest: no candidate, or more than ``spec.MAX_CANDIDATES`` (512).
+        InvalidRequest: no candidate; :class:`~tritonrepo.errors.OverLimit` (a subclass): more
+            than ``spec.MAX_CANDIDATES`` (512).
     """
     flat = np.asarray(candidates, dtype=np.int64).reshape(-1)
     if not 1 <= len(flat) <= spec.MAX_CANDIDATES:
-        raise InvalidRequest(
-            f"{name} must hold 1 to {spec.MAX_CANDIDATES} item ids, got {len(flat)}"
-        )
+        error = OverLimit if len(flat) > spec.MAX_CANDIDATES else InvalidRequest
+        raise error(f"{name} must hold 1 to {spec.MAX_CANDIDATES} item ids, got {len(flat)}")
     return flat
 
 
@@ -88,12 +88,12 @@ def check_history(history: np.ndarray, name: str = "HISTORY") -> np.ndarray:
         INT64 ``[h]``.
 
     Raises:
-        InvalidRequest: more than ``spec.MAX_HISTORY`` ids (the message gives the count and says
+        OverLimit: more than ``spec.MAX_HISTORY`` ids (the message gives the count and says
             that only the last 63 are used).
     """
     flat = np.asarray(history, dtype=np.int64).reshape(-1)
     if len(flat) > spec.MAX_HISTORY:
-        raise InvalidRequest(
+        raise OverLimit(
             f"{name} must hold at most {spec.MAX_HISTORY} item ids, got {len(flat)}; only the "
             f"last {spec.HISTORY_LENGTH} are used, so send the most recent ones"
         )

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from tritonrepo.errors import InvalidRequest
+from tritonrepo.errors import InvalidRequest, OverLimit
 from tritonrepo.text import spec
 
 
@@ -28,10 +28,11 @@ def decode_texts(values: np.ndarray, name: str = "TEXT", max_bytes: int | None =
         ``batch`` strings, flattened in C order.
 
     Raises:
-        InvalidRequest: the tensor holds no element; an element is larger than ``max_bytes``
-            (the message gives the index, its size and the limit, in bytes); or an element is not
-            valid UTF-8 (the message gives the index and byte offset). The first bad element in
-            C order is reported.
+        InvalidRequest: the tensor holds no element, or an element is not valid UTF-8 (the
+            message gives the index and byte offset). The first bad element in C order is
+            reported.
+        OverLimit (an InvalidRequest): an element is larger than ``max_bytes`` (the message
+            gives the index, its size and the limit, in bytes).
     """
     flat = np.asarray(values, dtype=object).reshape(-1)
     if flat.size == 0:
@@ -45,7 +46,7 @@ def decode_texts(values: np.ndarray, name: str = "TEXT", max_bytes: int | None =
         else:
             raise InvalidRequest(f"{name}[{i}] is a {type(item).__name__}, not a string")
         if max_bytes is not None and len(raw) > max_bytes:
-            raise InvalidRequest(
+            raise OverLimit(
                 f"{name}[{i}] is {len(raw)} bytes, over the limit of {max_bytes} bytes per text "
                 f"(parameter max_text_bytes); only a text's first {spec.MAX_SEQ_LENGTH} tokens "
                 "(about 1-2 KB) are embedded, so cut longer texts before sending them"

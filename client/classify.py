@@ -1,0 +1,202 @@
+"""Client of the ``image_classification`` ensemble: image files in, ImageNet labels out."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tritonrepo_client.aio import AsyncModelClient
+from tritonrepo_client.connection import ClientError, ModelClient
+
+
+@dataclass(frozen=True)
+class Classification:
+    """One image's top-K: ``labels`` (ImageNet class names) and ``scores`` (softmax
+    probabilities, descending), equally long."""
+
+    labels: list[str]
+    scores: list[float]
+
+    def as_dict(self) -> dict:
+        return {"labels": self.labels, "scores": self.scores}
+
+
+def read_image(image: bytes | str | Path) -> bytes:
+    """An image given as bytes or as a path → its file's bytes (not decoded: the server does).
+
+    Raises:
+        OSError: the path cannot be read.
+    """
+    return bytes(image) if isinstance(image, bytes | bytearray) else Path(image).read_bytes()
+
+
+OUTPUTS = ("LABELS", "SCORES")
+
+
+def request(files: Sequence[bytes], top_k: int) -> dict[str, np.ndarray]:
+    """The ensemble's inputs for ``files``: ``IMAGE`` BYTES ``[n, 1]``, ``TOP_K`` INT32
+    ``[n, 1]``."""
+    return {
+        "IMAGE": np.array(list(files), dtype=object).reshape(-1, 1),
+        "TOP_K": np.full((len(files), 1), top_k, dtype=np.int32),
+    }
+
+
+def classifications(out: dict[str, np.ndarray]) -> list[Classification]:
+    """``LABELS`` BYTES ``[n, k]`` and ``SCORES`` FP32 ``[n, k]`` → one
+    :class:`Classification` per image."""
+    return [
+        Classification(
+            [x.decode() if isinstance(x, bytes) else str(x) for x in labels],
+            [float(s) for s in scores],
+        )
+        for labels, scores in zip(out["LABELS"], out["SCORES"], strict=True)
+    ]
+
+
+class ClassificationClient(ModelClient):
+    """ImageNet classification of image files (JPEG, PNG, WebP) by the ``image_classification``
+    ensemble (arguments: :class:`ModelClient`; ``model`` defaults to
+    ``image_classification``). Safe to share across threads."""
+
+    DEFAULT_MODEL = "image_classification"
+
+    def classify(
+        self,
+        images: Sequence[bytes | str | Path],
+        top_k: int = 5,
+        model_version: str = "",
+        timeout_s: float | None = None,
+    ) -> list[Classification]:
+        """Classify ``images`` (file bytes or paths); one :class:`Classification` per image.
+
+        The images travel together, up to ``max_batch_size`` per request, so one bad image
+        fails its whole request (the message names it as ``IMAGE[i]`` within that request);
+        use :meth:`classify_each` to get a result or an error per image.
+
+        Raises:
+            ValueError: no images, or ``top_k`` < 1.
+            OSError: a path cannot be read.
+            RequestRejected: the server refused an image (not an image, truncated, over a
+                limit), or another :class:`ClientError`.
+        """
+        if len(images) == 0:
+            raise ValueError("classify() needs at least one image")
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        files = [read_image(image) for image in images]
+        results: list[Classification] = []
+        for start in range(0, len(files), self.max_batch_size):
+            out = self.connection.infer(
+                self.model,
+                request(files[start : start + self.max_batch_size], top_k),
+                OUTPUTS,
+                model_version=model_version,
+                timeout_s=timeout_s,
+                priority=self.priority,
+                timeout_us=self.timeout_us,
+            )
+            results += classifications(out)
+        return results
+
+    def classify_each(
+        self,
+        images: Sequence[bytes | str | Path],
+        top_k: int = 5,
+        concurrency: int = 4,
+        timeout_s: float | None = None,
+    ) -> list[Classification | ClientError | OSError]:
+        """One request per image, ``concurrency`` in flight: a bad image gets its own error
+        (a :class:`ClientError`, or the ``OSError`` of an unreadable path) and the others are
+        classified. The server's dynamic batcher still batches them together."""
+
+        def one(image: bytes | str | Path) -> Classification | ClientError | OSError:
+            try:
+                return self.classify([image], top_k, timeout_s=timeout_s)[0]
+            except (ClientError, OSError) as exc:
+                return exc
+
+        with ThreadPoolExecutor(max(1, concurrency), "tritonrepo-classify") as pool:
+            return list(pool.map(one, images))
+
+
+class AsyncClassificationClient(AsyncModelClient):
+    """:class:`ClassificationClient` for asyncio (arguments:
+    :class:`tritonrepo_client.aio.AsyncModelClient`)."""
+
+    DEFAULT_MODEL = "image_classification"
+    _max_batch_size: int | None = None
+
+    async def classify(
+        self,
+        images: Sequence[bytes | str | Path],
+        top_k: int = 5,
+        timeout_s: float | None = None,
+    ) -> list[Classification]:
+        """As :meth:`ClassificationClient.classify`; more images than ``max_batch_size`` go as
+        concurrent requests.
+
+        Raises:
+            ValueError, OSError, ClientError: as :meth:`ClassificationClient.classify`.
+        """
+        if len(images) == 0:
+            raise ValueError("classify() needs at least one image")
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        if self._max_batch_size is None:
+            config = await self.connection.model_config(self.model)
+            self._max_batch_size = int(config["max_batch_size"])
+        files = [read_image(image) for image in images]
+        chunk = self._max_batch_size
+        parts = await asyncio.gather(
+            *(
+                self.connection.infer(
+                    self.model,
+                    request(files[i : i + chunk], top_k),
+                    OUTPUTS,
+                    timeout_s=timeout_s,
+                    priority=self.priority,
+                    timeout_us=self.timeout_us,
+                )
+                for i in range(0, len(files), chunk)
+            )
+        )
+        return [c for out in parts for c in classifications(out)]
+
+
+def print_classifications(
+    names: Sequence[object], results: Sequence[Classification | Exception], as_json: bool = False
+) -> int:
+    """Print one top-K table per image (rich), or one JSON line each with ``as_json``; an
+    image that failed gets an ``error:`` line on stderr. Returns the exit status: 0 when every
+    image was classified, else 1."""
+    import json
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    failed = 0
+    for name, result in zip(names, results, strict=True):
+        if isinstance(result, Exception):
+            failed += 1
+            print(f"error: {name}: {result}", file=sys.stderr)
+        elif as_json:
+            print(json.dumps({"image": str(name)} | result.as_dict(), ensure_ascii=False))
+        else:
+            console.print(str(name), markup=False, highlight=False, soft_wrap=True)
+            table = Table()
+            table.add_column("#", justify="right")
+            table.add_column("class")
+            table.add_column("probability", justify="right")
+            rows = zip(result.labels, result.scores, strict=True)
+            for rank, (label, score) in enumerate(rows, 1):
+                table.add_row(str(rank), label, f"{score:.4f}")
+            console.print(table)
+    return 1 if failed else 0

@@ -1,0 +1,218 @@
+"""Switch a running server between config sets (``configs/<name>.pbtxt``) through the load API:
+the CPU fallback (``tritonrepo-client configs use cpu``) and the way back
+(``configs use default``, i.e. each model's ``config.pbtxt``).
+
+A config set is what ``--model-config-name`` selects at start: a model with
+``configs/<name>.pbtxt`` uses it, a model without one uses ``config.pbtxt``. Switching a running
+server reloads every loaded model (ensembles excepted: Triton reloads them with their steps)
+with its target config as a load-API override. Triton keeps the old instances serving until the
+new ones have loaded, and a failed load leaves them serving (the facts ``rollout`` relies on),
+so in-flight and new requests are not dropped. The safety of ``rollout`` applies:
+
+1. a health check first (every served model answers a probe; ``force`` skips it, e.g. when the
+   GPU path is already failing and the fallback is the cure);
+2. every target config is parsed (ModelConfig) and must have the same inputs and outputs as
+   the config serving now (names, data types, dims): a model whose tensors change would break
+   the ensembles wired to it between two reloads, so such a switch is refused before anything
+   is loaded (the ``torch_gpu`` set passes FP16 between encoder and pool, so switching it with
+   ``cpu`` needs a restart with ``--model-config-name``);
+3. one model at a time, each followed by a probe of every served model; a failed load or
+   probe puts the configs that were serving back, in reverse order, and raises.
+
+The served versions are kept: the target config's ``version_policy`` is replaced by the one
+serving now (a rolled-out version stays live). Each override carries the parameter
+``tritonrepo_config_set`` so :func:`current_config_sets` can tell which set serves.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2
+
+from tritonrepo.model_config import load_config
+from tritonrepo_client.connection import ClientError, TritonConnection
+from tritonrepo_client.health import check_health
+from tritonrepo_client.repository import RepositoryClient
+
+CONFIG_SET_PARAMETER = "tritonrepo_config_set"
+DEFAULT_SET = "default"  # each model's config.pbtxt
+
+
+class ConfigSwitchError(ClientError):
+    """The switch was refused before anything was loaded, or failed and was undone (the message
+    says which)."""
+
+
+@dataclass(frozen=True)
+class SwitchStep:
+    """One model's reload: ``source`` is the file its config came from, ``seconds`` the load
+    time."""
+
+    model: str
+    source: str
+    seconds: float
+
+
+def config_file(repository: Path, model: str, config_set: str) -> Path:
+    """The file ``model`` takes its config from in ``config_set``: ``configs/<set>.pbtxt`` if
+    it exists, else ``config.pbtxt`` (Triton's ``--model-config-name`` rule)."""
+    folder = Path(repository) / model
+    named = folder / "configs" / f"{config_set}.pbtxt"
+    if config_set != DEFAULT_SET and named.is_file():
+        return named
+    return folder / "config.pbtxt"
+
+
+def _as_proto(config: dict[str, Any]) -> model_config_pb2.ModelConfig:
+    return json_format.ParseDict(config, model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
+
+
+def _interface(config: model_config_pb2.ModelConfig) -> dict[str, tuple]:
+    """Tensor name -> (input/output, data type, dims), what an ensemble wires to."""
+    out = {}
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        for t in tensors:
+            out[t.name] = (kind, model_config_pb2.DataType.Name(t.data_type), tuple(t.dims))
+    return out
+
+
+def interface_change(serving: dict[str, Any], target: dict[str, Any]) -> str | None:
+    """A sentence naming the first tensor whose name, kind, data type or dims differ between the
+    serving config and the target (both ModelConfig JSON), or None when they agree."""
+    old, new = _interface(_as_proto(serving)), _interface(_as_proto(target))
+    for name in sorted(set(old) | set(new)):
+        if old.get(name) != new.get(name):
+            now, then = old.get(name) or "absent", new.get(name) or "absent"
+            return f"tensor '{name}' is {now} now, {then} in the target"
+    return None
+
+
+def target_config(
+    repository: Path, model: str, config_set: str, serving: dict[str, Any]
+) -> tuple[dict[str, Any], Path]:
+    """``model``'s config in ``config_set`` as a load-API override (ModelConfig JSON), with the
+    serving ``version_policy`` and the ``tritonrepo_config_set`` parameter; and its file.
+
+    Raises:
+        google.protobuf.text_format.ParseError: the file is not a valid ModelConfig.
+        FileNotFoundError: the model has no config.pbtxt in ``repository``.
+    """
+    path = config_file(repository, model, config_set)
+    config = json_format.MessageToDict(load_config(path), preserving_proto_field_name=True)
+    if "version_policy" in serving:
+        config["version_policy"] = copy.deepcopy(serving["version_policy"])
+    config.setdefault("parameters", {})[CONFIG_SET_PARAMETER] = {"string_value": config_set}
+    return config, path
+
+
+def current_config_sets(repo: RepositoryClient, models: Sequence[str]) -> dict[str, str]:
+    """Model -> the set it was switched to, or ``"as started"`` (no switch since loading)."""
+    out = {}
+    for model in models:
+        parameters = repo.config(model).get("parameters", {})
+        out[model] = parameters.get(CONFIG_SET_PARAMETER, {}).get("string_value", "as started")
+    return out
+
+
+def switch_config_set(
+    repo: RepositoryClient,
+    conn: TritonConnection,
+    repository: Path,
+    config_set: str,
+    served: Sequence[str],
+    force: bool = False,
+    progress: Callable[[str], None] = lambda _line: None,
+) -> list[SwitchStep]:
+    """Reload every loaded model of ``repository`` with its config in ``config_set``.
+
+    Args:
+        repo: repository client (with the key).
+        conn: connection for the health checks and probes.
+        repository: local model repository the configs are read from (artifacts must be in the
+            server's repository already).
+        config_set: ``"cpu"``, ``"torch_gpu"``, ... or ``"default"`` (config.pbtxt).
+        served: the served models whose probes gate each step (e.g. the ensembles).
+        force: switch even when the health check before it fails.
+        progress: called with one line per step.
+
+    Returns:
+        One :class:`SwitchStep` per reloaded model, in order.
+
+    Raises:
+        ConfigSwitchError: refused (unhealthy before, a config that does not parse, a changed
+            interface, nothing to switch) or failed and undone.
+    """
+    if not force:
+        failing = [c for c in check_health(conn, served) if not c.ok]
+        if failing:
+            raise ConfigSwitchError(
+                "health check before the switch failed, nothing changed: "
+                + "; ".join(f"{c.name}: {c.detail}" for c in failing)
+                + " (--force switches anyway)"
+            )
+    loaded = sorted({r.name for r in repo.index() if r.state == "READY"})
+    plan: list[tuple[str, dict[str, Any], dict[str, Any], Path]] = []
+    for model in loaded:
+        if not (Path(repository) / model / "config.pbtxt").is_file():
+            continue  # loaded from elsewhere (a test model, an upload): not part of a set
+        serving = repo.config(model)
+        if serving.get("platform") == "ensemble":
+            continue  # reloaded by Triton with its steps
+        try:
+            target, path = target_config(repository, model, config_set, serving)
+        except Exception as exc:
+            raise ConfigSwitchError(f"{model}: cannot use its config: {exc}") from None
+        change = interface_change(serving, target)
+        if change:
+            raise ConfigSwitchError(
+                f"{model}: {Path(path).name} changes the model's interface ({change}); "
+                "the ensembles wired to it would fail between two reloads, so nothing was "
+                f"switched: restart the server with --model-config-name={config_set} instead"
+            )
+        plan.append((model, serving, target, path))
+    if not plan:
+        raise ConfigSwitchError(f"no loaded model of {repository} to switch")
+    done: list[tuple[str, dict[str, Any]]] = []
+    steps: list[SwitchStep] = []
+    for model, serving, target, path in plan:
+        started = time.monotonic()
+        try:
+            repo.load(model, config=target)
+            failing = [c for c in check_health(conn, served) if not c.ok]
+            if failing:
+                raise ConfigSwitchError(
+                    "probe after the reload failed: "
+                    + "; ".join(f"{c.name}: {c.detail}" for c in failing)
+                )
+        except ClientError as exc:
+            undo = _undo([*done, (model, serving)], repo)
+            raise ConfigSwitchError(
+                f"switching {model} to {Path(path).relative_to(repository)} failed: {exc}; {undo}"
+            ) from None
+        step = SwitchStep(
+            model, str(Path(path).relative_to(repository)), time.monotonic() - started
+        )
+        steps.append(step)
+        done.append((model, serving))
+        progress(f"{model}: {step.source} ({step.seconds:.1f} s)")
+    return steps
+
+
+def _undo(done: list[tuple[str, dict[str, Any]]], repo: RepositoryClient) -> str:
+    """Reload the configs that were serving, newest first; a sentence saying what happened."""
+    failed = []
+    for model, serving in reversed(done):
+        try:
+            repo.load(model, config=serving)
+        except ClientError as exc:
+            failed.append(f"{model} ({exc})")
+    if failed:
+        return "putting back the previous configs failed for " + ", ".join(failed)
+    return "the previous configs serve again (" + ", ".join(m for m, _ in done) + ")"

@@ -1,0 +1,110 @@
+"""Prometheus metrics of the self-healing supervisor (:class:`~tritonrepo_client.healing.Healer`).
+
+Triton's own metrics say nothing about whether a model *answers*: a model whose step died stays
+READY in the repository index, and a restarted step only shows as counters falling back to 0.
+The healer knows both, so it publishes them, on its own port (prometheus_client):
+
+``tritonrepo_model_ready{model}``
+    1 when the model's last real-inference probe passed, 0 when it failed or the server did
+    not answer (the readiness the ``health`` command and the Kubernetes probe check).
+``tritonrepo_step_restarts_total{model}``
+    steps the healer reloaded and that then served (the ``restored`` heal lines).
+``tritonrepo_step_restart_failures_total{model}``
+    reloads that did not bring the step back (``failed`` / ``gave up``).
+``tritonrepo_heal_passes_total{result}``
+    passes, by ``result``: ``healthy`` (every model serves afterwards), ``failing`` or
+    ``unreachable`` (the server did not answer).
+
+Run by the launcher's supervisor (``ServerOptions.heal_metrics_port``, ``make serve``: 8003)
+and by ``tritonrepo-client heal --watch --metrics-port N`` (the sidecar).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from tritonrepo_client.healing import HealReport
+
+
+class HealMetrics:
+    """The supervisor's metrics, in their own registry.
+
+    Args:
+        models: the served models (their ``tritonrepo_model_ready`` series exist from the
+            start, at 0 until the first probe passes).
+    """
+
+    def __init__(self, models: Iterable[str]) -> None:
+        self.registry = CollectorRegistry()
+        self.ready = Gauge(
+            "tritonrepo_model_ready",
+            "1 when the model's last real-inference probe passed, else 0",
+            ["model"],
+            registry=self.registry,
+        )
+        self.restarts = Counter(
+            "tritonrepo_step_restarts",
+            "Steps the self-healing supervisor reloaded and that then served",
+            ["model"],
+            registry=self.registry,
+        )
+        self.restart_failures = Counter(
+            "tritonrepo_step_restart_failures",
+            "Reloads by the self-healing supervisor that did not bring the step back",
+            ["model"],
+            registry=self.registry,
+        )
+        self.passes = Counter(
+            "tritonrepo_heal_passes",
+            "Self-healing passes, by result (healthy, failing, unreachable)",
+            ["result"],
+            registry=self.registry,
+        )
+        self.models = tuple(models)
+        for model in self.models:
+            self.ready.labels(model).set(0)
+        for result in ("healthy", "failing", "unreachable"):
+            self.passes.labels(result)
+        self._server: Any = None
+
+    def track(self, steps: Iterable[str]) -> None:
+        """Create the restart counters of ``steps`` at 0 (the loaded models), so the first
+        restart is an increase Prometheus sees rather than a new series already at 1."""
+        for step in steps:
+            self.restarts.labels(step)
+            self.restart_failures.labels(step)
+
+    def observe(self, report: HealReport) -> None:
+        """Record one pass's :class:`HealReport`."""
+        for model in report.probed:
+            self.ready.labels(model).set(0 if model in report.failing else 1)
+        for step in report.steps:
+            if step.ok:
+                self.restarts.labels(step.step).inc()
+            elif step.reload_s is not None or step.outcome == "gave up":
+                self.restart_failures.labels(step.step).inc()
+        self.passes.labels("healthy" if report.healthy else "failing").inc()
+
+    def unreachable(self) -> None:
+        """Record a pass in which the server did not answer: no model is ready."""
+        for model in self.models:
+            self.ready.labels(model).set(0)
+        self.passes.labels("unreachable").inc()
+
+    def serve(self, port: int, address: str = "127.0.0.1") -> None:
+        """Serve ``/metrics`` on ``address:port`` from a daemon thread.
+
+        Raises:
+            OSError: the port cannot be bound.
+        """
+        self._server, _ = start_http_server(port, address, registry=self.registry)
+
+    def close(self) -> None:
+        """Stop serving (no-op when not serving)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

@@ -1,0 +1,185 @@
+"""The CPU fallback (issue 12): ``tritonrepo-client configs use SET`` switches a running server
+between config sets through the load API, under load, without a failed request.
+
+The server here serves the CPU set, and this machine has no GPU and no TensorRT, so the GPU
+sets cannot load. The tests therefore (1) switch to a second CPU set written for the test
+(``alt``: the CPU configs with one instance and a marker parameter) and back to ``cpu``, under
+load; (2) switch to ``default`` (the TensorRT plans), whose loads fail here: the switch is undone
+and the CPU configs keep serving; (3) ask for ``torch_gpu``, whose FP16 tensors between encoder
+and pool change the interface: refused before anything loads. Every answer under load is
+checked against the answers from before.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import client_cli, key_file
+from tests.test_faults import TEXTS as FAULT_TEXTS
+from tests.test_faults import Load, embedding_call, matches
+from tests.test_faults import embed as embed_once
+from tritonrepo.model_config import load_config
+from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo_client import RankingClient, RepositoryClient
+from tritonrepo_client.config_sets import (
+    CONFIG_SET_PARAMETER,
+    config_file,
+    interface_change,
+    target_config,
+)
+
+# The models of the switch: text_embedding's steps and the CTR models (the image models are
+# left out of the test's repository folder, so the command leaves them alone).
+MODELS = (
+    "text_embedding",
+    "text_embedding_tokenize",
+    "text_embedding_encoder",
+    "text_embedding_pool",
+    "ctr_ranking",
+    "ctr_preprocess",
+    "ctr_model",
+    "ctr_postprocess",
+    "ctr_session",
+)
+SERVED = ("text_embedding", "ctr_ranking", "ctr_session")
+HISTORY, CANDIDATES = [12, 7, 981, 4000, 5], [5, 66, 981, 4000, 17, 250, 3, 9000]
+
+
+def config_copy(tmp_path: Path) -> Path:
+    """The configs of MODELS (no artifacts: the server has them) plus an ``alt`` set: a copy
+    of every ``cpu.pbtxt``, with the instance counts of the two core models swapped."""
+    root = tmp_path / "repository"
+    for model in MODELS:
+        source, target = MODEL_REPOSITORY / model, root / model
+        target.mkdir(parents=True)
+        shutil.copy(source / "config.pbtxt", target)
+        if (source / "configs").is_dir():
+            shutil.copytree(source / "configs", target / "configs")
+    for cpu_file in root.glob("*/configs/cpu.pbtxt"):
+        alt = cpu_file.read_text()
+        model = cpu_file.parent.parent.name
+        if model == "text_embedding_encoder":
+            alt = alt.replace("count: 2 kind: KIND_CPU", "count: 1 kind: KIND_CPU")
+        elif model == "ctr_model":
+            alt = alt.replace("count: 1 kind: KIND_CPU", "count: 2 kind: KIND_CPU")
+        (cpu_file.parent / "alt.pbtxt").write_text(alt)
+    return root
+
+
+def configs(server, tmp_path: Path, *args: str):
+    """``tritonrepo-client configs ARGS`` against ``server``, reading the test's repository."""
+    repository = tmp_path / "repository"
+    if not repository.exists():
+        config_copy(tmp_path)
+    key = key_file(server, tmp_path)
+    return client_cli(
+        "--url", server.options.http_url, "--repository-key-file", str(key),
+        "configs", *args, "--repository", str(repository),
+    )  # fmt: skip
+
+
+def ranking_call(server, expected):
+    def call(protocol: str) -> None:
+        with RankingClient(server.options.url(protocol), protocol, timeout_s=30) as client:
+            got = client.rank(HISTORY, CANDIDATES, top_k=3)
+        if got.item_ids.tolist() != expected:
+            raise AssertionError(f"ranking changed: {got.item_ids.tolist()} != {expected}")
+
+    return call
+
+
+@pytest.fixture(scope="module")
+def before(control_server):
+    with RankingClient(control_server.options.http_url) as client:
+        ranking = client.rank(HISTORY, CANDIDATES, top_k=3).item_ids.tolist()
+    return embed_once(control_server, FAULT_TEXTS), ranking
+
+
+def served_sets(server) -> dict[str, str]:
+    options = server.options
+    with RepositoryClient(options.http_url, "http", key=options.repository_key) as repo:
+        out = {}
+        for model in ("text_embedding_encoder", "ctr_model", "text_embedding_tokenize"):
+            config = repo.config(model)
+            marker = config.get("parameters", {}).get(CONFIG_SET_PARAMETER, {})
+            out[model] = (
+                marker.get("string_value", "as started"),
+                config["instance_group"][0]["count"],
+            )
+    return out
+
+
+@pytest.mark.server
+def test_switch_to_another_set_and_back_under_load_drops_nothing(control_server, before, tmp_path):
+    embeddings, ranking = before
+    calls = (embedding_call(control_server, embeddings), ranking_call(control_server, ranking))
+    with Load(lambda p: [c(p) for c in calls]) as load:
+        there = configs(control_server, tmp_path, "use", "alt")
+        sets_there = served_sets(control_server)
+        back = configs(control_server, tmp_path, "use", "cpu")
+    assert there.returncode == 0, there.stderr
+    assert back.returncode == 0, back.stderr
+    assert sets_there["text_embedding_encoder"] == ("alt", 1)
+    assert sets_there["ctr_model"] == ("alt", 2)
+    assert sets_there["text_embedding_tokenize"][0] == "alt"  # no alt.pbtxt: config.pbtxt
+    sets_back = served_sets(control_server)
+    assert sets_back["text_embedding_encoder"] == ("cpu", 2)
+    assert not load.failures(), load.failures()[:3]
+    assert len(load.outcomes) >= 8, "the load did not run during the switch"
+    print(there.stdout, back.stdout, f"{len(load.outcomes)} requests, 0 failed", sep="\n")
+    assert matches(embed_once(control_server, FAULT_TEXTS), embeddings)
+
+
+@pytest.mark.server
+def test_a_set_that_cannot_load_here_is_undone_and_nothing_is_dropped(
+    control_server, before, tmp_path
+):
+    embeddings, ranking = before
+    sets_before = served_sets(control_server)
+    calls = (embedding_call(control_server, embeddings), ranking_call(control_server, ranking))
+    with Load(lambda p: [c(p) for c in calls]) as load:
+        result = configs(control_server, tmp_path, "use", "default")
+    assert result.returncode == 1, result.stdout
+    assert "failed" in result.stderr and "the previous configs serve again" in result.stderr, (
+        result.stderr
+    )
+    assert served_sets(control_server) == sets_before
+    assert not load.failures(), load.failures()[:3]
+    assert control_server.check_health(SERVED)[0].ok
+
+
+@pytest.mark.server
+def test_a_set_that_changes_an_interface_is_refused_before_loading(control_server, tmp_path):
+    sets_before = served_sets(control_server)
+    result = configs(control_server, tmp_path, "use", "torch_gpu")
+    assert result.returncode == 1
+    assert "changes the model's interface" in result.stderr, result.stderr
+    assert "TYPE_FP16" in result.stderr and "nothing was switched" in result.stderr
+    assert served_sets(control_server) == sets_before
+
+
+def test_config_file_falls_back_to_config_pbtxt_and_keeps_the_serving_versions() -> None:
+    encoder = "text_embedding_encoder"
+    assert config_file(MODEL_REPOSITORY, encoder, "cpu").name == "cpu.pbtxt"
+    assert config_file(MODEL_REPOSITORY, encoder, "default").name == "config.pbtxt"
+    assert config_file(MODEL_REPOSITORY, "text_embedding_tokenize", "cpu").name == "config.pbtxt"
+    serving = {"version_policy": {"specific": {"versions": ["4"]}}}
+    target, path = target_config(MODEL_REPOSITORY, encoder, "cpu", serving)
+    assert path.name == "cpu.pbtxt"
+    assert target["version_policy"] == serving["version_policy"]
+    assert target["parameters"][CONFIG_SET_PARAMETER] == {"string_value": "cpu"}
+    assert target["backend"] == load_config(path).backend
+
+
+def test_interface_change_names_the_tensor() -> None:
+    cpu, _ = target_config(MODEL_REPOSITORY, "text_embedding_encoder", "cpu", {})
+    gpu, _ = target_config(MODEL_REPOSITORY, "text_embedding_encoder", "torch_gpu", {})
+    trt, _ = target_config(MODEL_REPOSITORY, "text_embedding_encoder", "default", {})
+    assert interface_change(cpu, trt) is None
+    change = interface_change(cpu, gpu)
+    assert change is not None and "token_embeddings" in change and "TYPE_FP16" in change
+    assert json.loads(json.dumps(cpu)) == cpu  # a load-API override is sent as JSON

@@ -1,0 +1,195 @@
+"""image_classification on the real server, over HTTP and gRPC: the scikit-image photographs
+against the in-process PyTorch pipeline (same preprocessing), bad images mixed with good ones
+in concurrent requests, TOP_K, and the `classify` command."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import client_cli
+from tests.test_image_logic import png_header
+from tritonrepo.image import photos, spec
+from tritonrepo.image.labels import read_labels
+from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo_client import Classification, ClassificationClient, RequestRejected
+
+PROTOCOLS = ["http", "grpc"]
+LABELS_PATH = MODEL_REPOSITORY / spec.POSTPROCESS_MODEL / "1" / spec.LABELS_FILE
+
+
+@pytest.fixture(scope="module")
+def labels() -> list[str]:
+    return read_labels(LABELS_PATH)
+
+
+@pytest.fixture(scope="module")
+def files() -> dict[str, bytes]:
+    """The named photos as JPEG files, as a client sends them."""
+    return {name: photos.photo_file(name) for name in photos.PHOTOS}
+
+
+@pytest.fixture(scope="module")
+def reference(files, labels):
+    """Top-5 (class indices, probabilities) from the in-process PyTorch pipeline."""
+    from tritonrepo.image.reference import ReferencePipeline
+
+    pipeline = ReferencePipeline(labels=labels, threads=1)
+    return dict(zip(files, zip(*pipeline.top_k(list(files.values()), 5), strict=True), strict=True))
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_photos_match_in_process_pytorch(triton_server, files, reference, labels, protocol):
+    url = triton_server.options.url(protocol)
+    with ClassificationClient(url, protocol) as client:
+        served = client.classify(list(files.values()), top_k=5)
+    for (name, (indices, probs)), result in zip(reference.items(), served, strict=True):
+        assert result.labels == [labels[i] for i in indices], name  # identical top-5
+        assert np.max(np.abs(np.array(result.scores) - probs)) <= 1e-4, name
+        accepted = {labels[i] for i in photos.PHOTOS[name]}
+        assert accepted & set(result.labels), f"{name}: implausible top-5 {result.labels}"
+    cat = served[list(files).index("chelsea")]
+    assert cat.labels[0] in {labels[i] for i in spec.CAT_CLASSES}, cat
+
+
+def bad_files(good: bytes) -> dict[str, bytes]:
+    return {
+        "empty": b"",
+        "non-image": b"<html>not an image</html>",
+        "truncated": good[: len(good) // 3],
+        "bomb": png_header(10_000, 10_000),
+        "absurd": png_header(16_000, 2),
+    }
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_bad_images_fail_alone_among_concurrent_good_ones(triton_server, files, protocol):
+    good = list(files.values())
+    bad = bad_files(files["chelsea"])
+    mixed = [good[i % len(good)] if i % 2 == 0 else b"" for i in range(2 * len(bad))]
+    mixed[1::2] = list(bad.values())
+    with ClassificationClient(triton_server.options.url(protocol), protocol) as client:
+        expected = {i: client.classify([f])[0] for i, f in enumerate(mixed) if i % 2 == 0}
+        results = client.classify_each(mixed, top_k=5, concurrency=len(mixed))
+        messages = {
+            "empty": "empty file",
+            "non-image": "not a JPEG, PNG or WebP",
+            "truncated": "truncated",
+            "bomb": "over the limit of 40,000,000 pixels",
+            "absurd": "aspect ratio",
+        }
+        for i, result in enumerate(results):
+            if i % 2 == 0:
+                assert isinstance(result, Classification), result
+                assert result.labels == expected[i].labels
+            else:
+                name = list(bad)[i // 2]
+                assert isinstance(result, RequestRejected), (name, result)
+                assert "image_preprocess: IMAGE[0]" in str(result), result
+                assert messages[name] in str(result), result
+        # A request of several images with one bad one fails as a whole, naming that image.
+        with pytest.raises(RequestRejected, match=r"IMAGE\[1\] is an empty file"):
+            client.classify([good[0], b"", good[1]])
+        assert client.classify([good[0]])[0].labels == expected[0].labels  # still serving
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_top_k_and_request_errors(triton_server, files, protocol):
+    with ClassificationClient(triton_server.options.url(protocol), protocol) as client:
+        one = client.classify([files["coffee"]], top_k=1)[0]
+        assert len(one.labels) == 1 and one.labels[0] in ("espresso", "coffee mug", "cup")
+        everything = client.classify([files["coffee"]], top_k=2000)[0]
+        assert len(everything.labels) == 1000 and abs(sum(everything.scores) - 1) < 1e-3
+        out = client.connection.infer(
+            spec.ENSEMBLE,
+            {"IMAGE": np.array([[files["coffee"]]], dtype=object)},
+            ["LABELS", "SCORES"],
+        )
+        assert out["LABELS"].shape == (1, spec.DEFAULT_TOP_K)
+        assert out["SCORES"].dtype == np.float32
+        with pytest.raises(RequestRejected, match="TOP_K must be > 0"):
+            client.connection.infer(
+                spec.ENSEMBLE,
+                {
+                    "IMAGE": np.array([[files["coffee"]]], dtype=object),
+                    "TOP_K": np.array([[0]], np.int32),
+                },
+                ["LABELS"],
+            )
+
+
+def test_cli_classify_prints_a_table_and_fails_bad_files(triton_server, files, tmp_path):
+    paths = []
+    for name in ("chelsea", "coffee"):
+        paths.append(tmp_path / f"{name}.jpg")
+        paths[-1].write_bytes(files[name])
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n garbage")
+    http = client_cli("--url", triton_server.options.http_url, "classify", *map(str, paths))
+    assert http.returncode == 0, http.stderr
+    assert "chelsea.jpg" in http.stdout and "tiger cat" in http.stdout
+    assert "espresso" in http.stdout and "probability" in http.stdout
+    grpc = client_cli(
+        "--protocol", "grpc", "--url", triton_server.options.grpc_url,
+        "classify", "--json", "--top-k", "3", str(paths[0]), str(broken),
+    )  # fmt: skip
+    assert grpc.returncode == 1
+    line = json.loads(grpc.stdout.splitlines()[0])
+    assert line["image"].endswith("chelsea.jpg") and len(line["labels"]) == 3
+    assert "broken.png" in grpc.stderr and "image_preprocess: IMAGE[0]" in grpc.stderr
+
+
+def test_int8_build_reports_agreement_with_fp32():
+    folder = MODEL_REPOSITORY / spec.CORE_MODEL
+    meta = json.loads((folder / "2" / "build_metadata.json").read_text())
+    assert meta["precision"] == "int8" and "augmented scikit-image photos" in meta["calibration"]
+    agreement = meta["top1_agreement_with_fp32"]
+    assert min(agreement.values()) >= 0.8, agreement
+    fp32 = json.loads((folder / "1" / "build_metadata.json").read_text())
+    assert fp32["parity_max_abs_logit_diff"] < 1e-3
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_async_client_matches_the_sync_one(triton_server, files, protocol):
+    import asyncio
+
+    from tritonrepo_client import AsyncClassificationClient
+
+    url = triton_server.options.url(protocol)
+    photos_ = list(files.values())
+
+    async def both():
+        async with AsyncClassificationClient(url, protocol) as client:
+            return await asyncio.gather(client.classify(photos_), client.classify(photos_[:1], 2))
+
+    many, one = asyncio.run(both())
+    with ClassificationClient(url, protocol) as client:
+        sync = client.classify(photos_)
+    assert [r.labels for r in many] == [r.labels for r in sync]
+    assert np.allclose([r.scores for r in many], [r.scores for r in sync], atol=1e-5)
+    assert one[0].labels == many[0].labels[:2]
+
+
+def test_int8_version_goes_live_by_rollout_and_back(files, tmp_path):
+    """Version 2 (INT8) serves only after `rollout`; the cat stays a cat; `rollback` returns."""
+    from tests.conftest import key_file, server_options
+    from tritonrepo.launcher import TritonServer
+
+    options = server_options("image_rollout", models=(spec.ENSEMBLE,))
+    with TritonServer(options) as server, ClassificationClient(options.grpc_url, "grpc") as client:
+        key = str(key_file(server, tmp_path))
+        fp32 = client.classify([files["chelsea"]])[0]
+        for command, version in (("rollout", "2"), ("rollback", "1")):
+            args = [command, spec.CORE_MODEL] + (["--version", "2"] if command == "rollout" else [])
+            out = client_cli("--url", options.http_url, "--repository-key-file", key, *args)
+            assert out.returncode == 0, out.stderr
+            assert f"now serving version {version}" in out.stdout, out.stdout
+            served = client.classify([files["chelsea"]])[0]
+            assert served.labels[0] in {"tiger cat", "tabby", "Egyptian cat"}
+            if version == "2":
+                assert served.scores != fp32.scores  # another model answers
+                assert abs(served.scores[0] - fp32.scores[0]) < 0.05
+            else:
+                assert np.allclose(served.scores, fp32.scores, atol=1e-6)

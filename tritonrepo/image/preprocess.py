@@ -1,0 +1,196 @@
+"""Decode one encoded image file and turn it into a classifier's input: the one preprocessing
+function that the served step (``image_preprocess``), the in-process PyTorch reference, the INT8
+calibration and the benchmarks all call, so "same preprocessing" holds by construction.
+
+Decoding (:func:`decode_image`) refuses before decoding anything: files over
+``spec.MAX_IMAGE_BYTES``, formats other than JPEG/PNG/WebP, and images whose header declares
+more than ``spec.MAX_IMAGE_PIXELS`` pixels, a side over ``spec.MAX_IMAGE_SIDE`` or an aspect
+ratio over ``spec.MAX_ASPECT_RATIO`` (Pillow's ``Image.open`` is lazy: the header gives the
+size, and ``load()`` runs only after the checks). Then it applies the EXIF orientation and
+converts every mode to 8-bit RGB: grayscale and 1-bit to gray RGB, palette through its colours,
+CMYK and YCbCr through Pillow's conversions, 16-bit grayscale scaled by 1/257, and transparent
+images (RGBA, LA, PA, palette or RGB with a transparent colour) composited onto white.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from tritonrepo.errors import InvalidRequest, OverLimit
+from tritonrepo.image import spec
+from tritonrepo.image.normalise import normalise
+from tritonrepo.image.spec import Preprocessing
+
+# Pillow's decompression-bomb guard agrees with ours (it warns above the value and raises above
+# twice it; both become a per-image error here). Set on import, i.e. in every process that
+# decodes images for this package.
+Image.MAX_IMAGE_PIXELS = spec.MAX_IMAGE_PIXELS
+
+_RESAMPLING = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR}
+_SIXTEEN_BIT_GRAY = ("I", "I;16", "I;16B", "I;16L", "I;16N")
+
+
+def check_dimensions(width: int, height: int) -> None:
+    """Refuse an image by the size its header declares, before it is decoded.
+
+    Raises:
+        OverLimit: more than ``spec.MAX_IMAGE_PIXELS`` pixels (a decompression bomb), a side over
+            ``spec.MAX_IMAGE_SIDE``, a zero side, or an aspect ratio over
+            ``spec.MAX_ASPECT_RATIO``.
+    """
+    if width < 1 or height < 1:
+        raise OverLimit(f"declares {width}x{height} pixels: an image needs both sides >= 1")
+    if width * height > spec.MAX_IMAGE_PIXELS:
+        raise OverLimit(
+            f"declares {width}x{height} = {width * height:,} pixels, over the limit of "
+            f"{spec.MAX_IMAGE_PIXELS:,} (40 MP); refused before decoding (decompression bomb "
+            "guard): downscale it first"
+        )
+    if max(width, height) > spec.MAX_IMAGE_SIDE:
+        raise OverLimit(
+            f"declares {width}x{height} pixels: a side over {spec.MAX_IMAGE_SIDE} pixels"
+        )
+    if max(width, height) > spec.MAX_ASPECT_RATIO * min(width, height):
+        raise OverLimit(
+            f"declares {width}x{height} pixels: aspect ratio over {spec.MAX_ASPECT_RATIO}:1"
+        )
+
+
+def _open(data: bytes, min_side: int | None) -> Image.Image:
+    """Open, check the header, optionally ask the JPEG decoder for a reduced scale, load."""
+    if len(data) == 0:
+        raise InvalidRequest("is an empty file (0 bytes)")
+    if len(data) > spec.MAX_IMAGE_BYTES:
+        raise OverLimit(
+            f"is {len(data):,} bytes, over the limit of {spec.MAX_IMAGE_BYTES:,} bytes (20 MiB) "
+            "per image"
+        )
+    with warnings.catch_warnings():
+        # Between 1x and 2x MAX_IMAGE_PIXELS Pillow only warns; check_dimensions refuses those
+        # below with the size in its message. Above 2x Pillow raises before returning the image.
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            image = Image.open(io.BytesIO(data), formats=spec.FORMATS)
+        except Image.DecompressionBombError as exc:
+            raise OverLimit(
+                f"is over the limit of {spec.MAX_IMAGE_PIXELS:,} pixels (40 MP); refused before "
+                f"decoding (decompression bomb guard: {exc})"
+            ) from exc
+        except Image.UnidentifiedImageError as exc:
+            raise InvalidRequest(
+                f"is not a JPEG, PNG or WebP image ({len(data):,} bytes starting {data[:8]!r})"
+            ) from exc
+        except (OSError, SyntaxError, ValueError) as exc:  # broken headers
+            raise InvalidRequest(f"has an unreadable {_format(data)} header: {exc}") from exc
+        check_dimensions(*image.size)
+        if min_side is not None and image.format == "JPEG":
+            # DCT scaling: decode at 1/2, 1/4 or 1/8 while the shorter side stays >= min_side.
+            scale = min_side / min(image.size)
+            if scale < 0.5:
+                image.draft("RGB", (int(image.size[0] * scale) + 1, int(image.size[1] * scale) + 1))
+        try:
+            image.load()
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+            raise InvalidRequest(
+                f"could not be decoded as {image.format}: {exc} (truncated or corrupt file?)"
+            ) from exc
+    return image
+
+
+def _format(data: bytes) -> str:
+    for magic, name in ((b"\xff\xd8", "JPEG"), (b"\x89PNG", "PNG"), (b"RIFF", "WebP")):
+        if data.startswith(magic):
+            return name
+    return "image"
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """Any decoded Pillow image as 8-bit RGB (see the module docstring for each mode)."""
+    if image.mode in _SIXTEEN_BIT_GRAY:
+        gray = np.asarray(image, dtype=np.float64)
+        image = Image.fromarray(np.clip(np.rint(gray / 257.0), 0, 255).astype(np.uint8), "L")
+    elif image.mode == "F":
+        image = Image.fromarray(np.clip(np.rint(np.asarray(image)), 0, 255).astype(np.uint8))
+    has_alpha = image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in image.info
+    if has_alpha:
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
+def decode_image(data: bytes, min_side: int | None = None) -> Image.Image:
+    """Decode one encoded file into an upright 8-bit RGB Pillow image.
+
+    Args:
+        data: the file's bytes (JPEG, PNG or WebP).
+        min_side: when set, a large JPEG may be decoded at a reduced scale (1/2, 1/4, 1/8)
+            whose shorter side is still at least this many pixels (faster, same crop).
+
+    Raises:
+        OverLimit: over a size limit (``spec``), checked before decoding.
+        InvalidRequest: empty, not an image of an accepted format, truncated or corrupt.
+    """
+    image = _open(data, min_side)
+    with contextlib.suppress(Exception):  # a broken EXIF block: keep the image as stored
+        image = ImageOps.exif_transpose(image)
+    return to_rgb(image)
+
+
+def crop_resize(image: Image.Image, prep: Preprocessing) -> np.ndarray:
+    """Centre crop and resize an RGB image: the centred square of side
+    ``int(prep.crop_pct * shorter side)`` (at least 1), offset ``(side - crop + 1) // 2`` as in
+    the TensorFlow EfficientNet preprocessing, resized to ``prep.size`` square with
+    ``prep.interpolation``.
+
+    Returns:
+        uint8 ``[prep.size, prep.size, 3]`` (HWC, RGB).
+    """
+    width, height = image.size
+    crop = max(1, int(prep.crop_pct * min(width, height)))
+    left, top = (width - crop + 1) // 2, (height - crop + 1) // 2
+    resized = image.resize(
+        (prep.size, prep.size),
+        resample=_RESAMPLING[prep.interpolation],
+        box=(left, top, left + crop, top + crop),
+    )
+    return np.asarray(resized, dtype=np.uint8)
+
+
+def image_to_array(image: Image.Image, prep: Preprocessing) -> np.ndarray:
+    """:func:`crop_resize` then :func:`normalise`: FP32 ``[3, prep.size, prep.size]``."""
+    return normalise(crop_resize(image, prep), prep)
+
+
+def preprocess_image(data: bytes, prep: Preprocessing = spec.EFFICIENTNET_LITE0) -> np.ndarray:
+    """One encoded file → FP32 ``[3, size, size]`` model input (decode + crop + normalise).
+
+    Raises:
+        OverLimit, InvalidRequest: as :func:`decode_image`.
+    """
+    min_side = int(np.ceil(prep.size / prep.crop_pct))
+    return image_to_array(decode_image(data, min_side=min_side), prep)
+
+
+def preprocess_batch(
+    files: Sequence[bytes], prep: Preprocessing = spec.EFFICIENTNET_LITE0, name: str = "IMAGE"
+) -> np.ndarray:
+    """Several encoded files → FP32 ``[n, 3, size, size]``.
+
+    Raises:
+        OverLimit, InvalidRequest: for the first bad file, its message prefixed with
+            ``IMAGE[i]`` (``name`` and its index).
+    """
+    arrays = []
+    for i, data in enumerate(files):
+        try:
+            arrays.append(preprocess_image(bytes(data), prep))
+        except InvalidRequest as exc:
+            raise type(exc)(f"{name}[{i}] {exc}") from exc
+    return np.stack(arrays) if arrays else np.zeros((0, 3, prep.size, prep.size), np.float32)

@@ -1,0 +1,72 @@
+"""The Python-backend steps of the ``image_classification`` ensemble.
+
+``model_repository/image_preprocess/1/model.py`` and ``image_postprocess/1/model.py`` are
+one-line subclasses of these.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tritonrepo.errors import InvalidRequest
+from tritonrepo.image import spec
+from tritonrepo.image.labels import read_labels
+from tritonrepo.image.postprocess import check_top_k, top_k
+from tritonrepo.image.preprocess import preprocess_batch
+from tritonrepo.triton_step import Outputs, PythonStep
+
+
+class PreprocessStep(PythonStep):
+    """``IMAGE`` BYTES ``[b, 1]`` (one encoded JPEG/PNG/WebP file per item) + optional ``TOP_K``
+    INT32 ``[b, 1]`` → ``pixels`` FP32 ``[b, 3, 224, 224]`` (FP16 if the config's output says
+    so; the step casts to the config's type) and ``K`` INT32 ``[b, 1]``.
+
+    Config parameter ``preprocessing``: a key of ``spec.PREPROCESSING`` (the classifier's
+    normalisation; default ``efficientnet_lite0``).
+
+    Raises (per request, as its error): InvalidRequest / OverLimit when any image of the
+    request is empty, not JPEG/PNG/WebP, truncated or corrupt, or over a size limit (checked
+    before decoding), naming the image (``IMAGE[i]``); the other requests of the dynamic batch
+    are served. A request is answered whole or not at all, since Triton gives one response per
+    request.
+    """
+
+    def setup(self) -> None:
+        name = self.parameter("preprocessing", "efficientnet_lite0")
+        if name not in spec.PREPROCESSING:
+            raise ValueError(f"unknown preprocessing '{name}'; one of {list(spec.PREPROCESSING)}")
+        self.prep = spec.PREPROCESSING[name]
+
+    def prepare(self, inputs: dict[str, np.ndarray]) -> Outputs:
+        if "IMAGE" not in inputs:  # optional in the ensemble config: see its comment
+            raise InvalidRequest("input 'IMAGE' is missing")
+        files = inputs["IMAGE"].reshape(-1)
+        k = check_top_k(inputs.get("TOP_K"))
+        pixels = preprocess_batch([bytes(f) for f in files], self.prep, "IMAGE")
+        return {"pixels": pixels, "K": np.full((len(files), 1), k, dtype=np.int32)}
+
+    def run(self, items: list[Outputs]) -> list[Outputs | Exception]:
+        return list(items)
+
+
+class PostprocessStep(PythonStep):
+    """``logits`` FP32 ``[b, 1000]`` + ``K`` INT32 ``[b, 1]`` → ``LABELS`` BYTES ``[b, K]``
+    (ImageNet class names from ``labels.txt`` in the version folder) and ``SCORES`` FP32
+    ``[b, K]`` (softmax probabilities, descending).
+
+    Raises (per request): InvalidRequest when the logits are not ``[b, 1000]``.
+    """
+
+    def setup(self) -> None:
+        labels = read_labels(self.artifact(self.parameter("labels_file", spec.LABELS_FILE)))
+        self.labels = np.array([label.encode() for label in labels], dtype=np.object_)
+
+    def prepare(self, inputs: dict[str, np.ndarray]) -> Outputs:
+        logits = inputs[spec.CORE_OUTPUT]
+        if logits.ndim != 2 or logits.shape[1] != len(self.labels):
+            raise InvalidRequest(f"logits must be [b, {len(self.labels)}], got {logits.shape}")
+        indices, probs = top_k(logits, check_top_k(inputs["K"]))
+        return {"LABELS": self.labels[indices], "SCORES": probs}
+
+    def run(self, items: list[Outputs]) -> list[Outputs | Exception]:
+        return list(items)

@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         "--priority",
         type=_priority_argument,
         help="priority level of inference requests: realtime (1, the default) or bulk (2; the "
-        "default of embed --input), or a number",
+        "default of embed --input), or 0..2 (0 = the model's default)",
     )
     p.add_argument(
         "--timeout-us",

@@ -146,9 +146,17 @@ def switch_config_set(
         One :class:`SwitchStep` per reloaded model, in order.
 
     Raises:
-        ConfigSwitchError: refused (unhealthy before, a config that does not parse, a changed
-            interface, nothing to switch) or failed and undone.
+        ConfigSwitchError: refused (no model has ``configs/<config_set>.pbtxt``, unhealthy
+            before, a config that does not parse, a changed interface, nothing to switch) or
+            failed and undone.
     """
+    named = sorted(Path(repository).glob(f"*/configs/{config_set}.pbtxt"))
+    if config_set != DEFAULT_SET and not named:
+        known = sorted({p.stem for p in Path(repository).glob("*/configs/*.pbtxt")})
+        raise ConfigSwitchError(
+            f"no config set '{config_set}' in {repository}: no model has "
+            f"configs/{config_set}.pbtxt (sets: {', '.join([DEFAULT_SET, *known])})"
+        )
     if not force:
         failing = [c for c in check_health(conn, served) if not c.ok]
         if failing:

@@ -25,7 +25,7 @@ from typing import Any
 
 from tritonrepo.server_processes import instance_model
 from tritonrepo_client.connection import ClientError, ServerUnreachable, TritonConnection
-from tritonrepo_client.health import DEFAULT_MODELS, PROBES
+from tritonrepo_client.health import DEFAULT_MODELS, PROBES, is_overload
 from tritonrepo_client.repository import RepositoryClient
 
 # The parameter whose new value makes Triton treat a reload as a config change.
@@ -53,7 +53,8 @@ def probe(conn: TritonConnection, model: str, rounds: int = 2) -> str | None:
     (a model with several instances may answer the first from a healthy one).
 
     Returns:
-        None when the model serves, else the error (one line).
+        None when the model serves (a probe Triton refused for overload counts: the model is
+        busy, not broken), else the error (one line).
 
     Raises:
         ServerUnreachable: the server does not answer.
@@ -67,6 +68,8 @@ def probe(conn: TritonConnection, model: str, rounds: int = 2) -> str | None:
     except ServerUnreachable:
         raise
     except ClientError as exc:
+        if is_overload(str(exc)):
+            return None  # busy, not broken: Triton refused the probe for its queue limits
         return str(exc)
     return None
 

@@ -200,13 +200,34 @@ def _state(value: bool, subject: str, what: str) -> tuple[bool, str]:
     return value, f"{subject} is {what}" if value else f"{subject} is not {what}"
 
 
+# Triton's queue-policy refusals: the model serves, its queue is full or too slow for the probe's
+# timeout. Readiness must not fail on them: taking a busy server out of rotation moves its load
+# onto the others, which then fail too (a cascade).
+OVERLOAD_MARKERS = ("Exceeds maximum queue size", "Request timeout expired")
+
+
+def is_overload(error: str) -> bool:
+    """Whether ``error`` is Triton refusing work it cannot queue (full queue, queue timeout)."""
+    return any(marker in error for marker in OVERLOAD_MARKERS)
+
+
 def _model_checks(conn: TritonConnection, model: str) -> list[Check]:
-    """``<model> ready``, then ``<model> inference`` when it is READY and has a probe."""
+    """``<model> ready``, then ``<model> inference`` when it is READY and has a probe. A probe
+    that Triton refuses for overload (:func:`is_overload`) passes as ``busy``."""
     ready = _run(f"{model} ready", lambda: _state(conn.model_ready(model), "model", "READY"))
     probe = PROBES.get(model)
     if not ready.ok or probe is None:
         return [ready]
-    return [ready, _run(f"{model} inference", lambda: (True, probe(conn, model)))]
+
+    def infer() -> tuple[bool, str]:
+        try:
+            return True, probe(conn, model)
+        except ClientError as exc:
+            if is_overload(str(exc)):
+                return True, f"busy, serving (the probe was refused for overload: {exc})"
+            raise
+
+    return [ready, _run(f"{model} inference", infer)]
 
 
 def _summary(conn: TritonConnection, models: Sequence[str], checks: list[Check]) -> Check:

@@ -23,7 +23,9 @@ PRIORITIES = {"realtime": REALTIME, "bulk": BULK}
 
 
 def parse_priority(text: str) -> int:
-    """A priority level from a name (``realtime``, ``bulk``) or a number >= 0.
+    """A priority level from a name (``realtime``, ``bulk``) or a number 0..2 (the levels the
+    core models have; Triton would map a higher number to the default level, real-time, the
+    opposite of what a caller asking for "lower than bulk" means).
 
     Raises:
         ValueError: neither (argparse turns it into a usage error).
@@ -31,9 +33,11 @@ def parse_priority(text: str) -> int:
     name = text.strip().lower()
     if name in PRIORITIES:
         return PRIORITIES[name]
-    if name.isdigit():
+    if name in ("0", "1", "2"):
         return int(name)
-    raise ValueError(f"priority must be realtime, bulk or a number >= 0, got {text!r}")
+    raise ValueError(
+        f"priority must be realtime, bulk or 0..2 (0 = the model's default), got {text!r}"
+    )
 
 
 def request_timeout_us(deadline_s: float) -> int:
@@ -48,7 +52,8 @@ def scheduling_kwargs(priority: int, timeout_us: int | None, deadline_s: float) 
 
     Args:
         priority: priority level, >= 0 (1 = :data:`REALTIME`, 2 = :data:`BULK`; 0 = the
-            model's default).
+            model's default; Triton maps a level above the model's ``priority_levels`` to its
+            default level).
         timeout_us: Triton's queue timeout in µs (>= 1): the request is rejected if it is still
             queued after this long. None = the client deadline ``deadline_s`` (seconds).
 

@@ -27,8 +27,10 @@ from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo_client import RankingClient, RepositoryClient
 from tritonrepo_client.config_sets import (
     CONFIG_SET_PARAMETER,
+    ConfigSwitchError,
     config_file,
     interface_change,
+    switch_config_set,
     target_config,
 )
 
@@ -183,3 +185,8 @@ def test_interface_change_names_the_tensor() -> None:
     change = interface_change(cpu, gpu)
     assert change is not None and "token_embeddings" in change and "TYPE_FP16" in change
     assert json.loads(json.dumps(cpu)) == cpu  # a load-API override is sent as JSON
+
+
+def test_a_set_no_model_has_is_refused_before_anything_is_sent() -> None:
+    with pytest.raises(ConfigSwitchError, match=r"no config set 'cpuu'.*\(sets: default, cpu, "):
+        switch_config_set(None, None, MODEL_REPOSITORY, "cpuu", [])  # type: ignore[arg-type]

@@ -91,3 +91,48 @@ def test_every_kind_is_a_series_at_zero_and_counts_apart() -> None:
 
 def test_without_the_metrics_api_nothing_is_counted_and_nothing_fails() -> None:
     StepErrorCounters(object(), "m", "1", "i").count("internal")
+
+
+def test_parse_priority_takes_the_two_levels_and_refuses_others() -> None:
+    from tritonrepo_client.scheduling import BULK, REALTIME, parse_priority
+
+    assert parse_priority("bulk") == BULK
+    assert parse_priority("Realtime") == REALTIME
+    assert parse_priority("0") == 0
+    for bad in ("3", "7", "-1", "high", ""):
+        with pytest.raises(ValueError, match=r"realtime, bulk or 0\.\.2"):
+            parse_priority(bad)
+
+
+class _BusyConnection:
+    """A connection whose probe inference Triton refused (the strings are Triton 2.51's)."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+    def model_ready(self, model: str) -> bool:
+        return True
+
+    def infer(self, *args, **kwargs):
+        from tritonrepo_client.errors import ServerUnavailable
+
+        raise ServerUnavailable(f"infer text_embedding failed: {self.error}")
+
+
+@pytest.mark.parametrize(
+    ("error", "ok"),
+    [
+        ("Exceeds maximum queue size", True),
+        ("Request timeout expired", True),
+        ("Stub process 'text_embedding_tokenize_0_0' is not healthy.", False),
+    ],
+)
+def test_readiness_counts_an_overload_refusal_as_busy_not_broken(error: str, ok: bool) -> None:
+    from tritonrepo_client.healing import probe
+    from tritonrepo_client.health import _model_checks
+
+    ready, inference = _model_checks(_BusyConnection(error), "text_embedding")  # type: ignore[arg-type]
+    assert ready.ok
+    assert inference.ok is ok, inference.detail
+    assert ("busy" in inference.detail) is ok
+    assert (probe(_BusyConnection(error), "text_embedding") is None) is ok  # type: ignore[arg-type]

@@ -13,7 +13,6 @@ served FP32 top-5 equal to PyTorch's; INT8 reports its top-1 agreement with FP32
 
 from __future__ import annotations
 
-import http.client
 import time
 
 import numpy as np
@@ -103,22 +102,6 @@ def in_process(files: list[bytes], settings: Settings) -> tuple[list[System], ob
     return systems, pipeline
 
 
-def _raw_caller(port: int) -> loadgen.CallerFactory:
-    def make():
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-
-        def call(data: bytes) -> None:
-            connection.request("POST", "/classify", data, {"Content-Type": "image/jpeg"})
-            answer = connection.getresponse()
-            payload = answer.read()
-            if answer.status != 200:
-                raise RuntimeError(f"HTTP {answer.status}: {payload[:200]!r}")
-
-        return call, connection.close
-
-    return make
-
-
 def naive_servers(files: list[bytes], settings: Settings, workers: int) -> list[System]:
     """FastAPI + PyTorch with ``workers`` uvicorn workers, one image per request."""
     port = free_port()
@@ -126,7 +109,12 @@ def naive_servers(files: list[bytes], settings: Settings, workers: int) -> list[
         levels = []
         for level in settings.levels:
             levels.append(
-                loadgen.run_closed_loop(_raw_caller(port), files, level, settings.loadgen_s)
+                loadgen.run_closed_loop(
+                    loadgen.http_caller(port, "/classify", bytes, "image/jpeg"),
+                    files,
+                    level,
+                    settings.loadgen_s,
+                )
             )
             settings.progress(f"naive image c={level}")
     name = f"FastAPI + PyTorch (gunicorn, {workers} uvicorn worker{'s' * (workers > 1)})"

@@ -114,16 +114,18 @@ def run_closed_loop(
     return Measurement.from_latencies(concurrency, latencies, duration_s, len(errors))
 
 
-def http_json_caller(port: int, path: str, body: Callable[[Any], dict]) -> CallerFactory:
-    """Workers that POST ``body(request)`` as JSON to ``http://127.0.0.1:<port><path>`` over
-    their own keep-alive connection; a non-200 answer raises."""
+def http_caller(
+    port: int, path: str, body: Callable[[Any], bytes | str], content_type: str
+) -> CallerFactory:
+    """Workers that POST ``body(request)`` (sent as ``content_type``) to
+    ``http://127.0.0.1:<port><path>`` over their own keep-alive connection; a non-200 answer
+    raises."""
 
     def make():
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
 
         def call(request) -> None:
-            payload = json.dumps(body(request))
-            connection.request("POST", path, payload, {"Content-Type": "application/json"})
+            connection.request("POST", path, body(request), {"Content-Type": content_type})
             answer = connection.getresponse()
             data = answer.read()
             if answer.status != 200:
@@ -132,3 +134,8 @@ def http_json_caller(port: int, path: str, body: Callable[[Any], dict]) -> Calle
         return call, connection.close
 
     return make
+
+
+def http_json_caller(port: int, path: str, body: Callable[[Any], dict]) -> CallerFactory:
+    """:func:`http_caller` with ``body(request)`` sent as JSON."""
+    return http_caller(port, path, lambda request: json.dumps(body(request)), "application/json")

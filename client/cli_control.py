@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 
 import numpy as np
 
 from tritonrepo import repository_key
 from tritonrepo_client.connection import GrpcTls, TritonConnection
-from tritonrepo_client.errors import ClientError, ServerUnreachable
 from tritonrepo_client.healing import ChangeLog, Healer, HealReport
 from tritonrepo_client.health import DEFAULT_MODELS
 from tritonrepo_client.repository import RepositoryClient
@@ -188,13 +186,11 @@ def _heal_watch(
             print(line, flush=True)
 
     def on_error(exc: Exception) -> None:
-        if isinstance(exc, ServerUnreachable):
-            metrics.unreachable()
+        metrics.failed_pass(exc)
         print(f"error: {exc}", file=sys.stderr, flush=True)
 
     if metrics_port is not None:
-        with contextlib.suppress(ClientError):
-            metrics.track(healer.loaded_models())
+        metrics.track_loaded(healer)
         metrics.serve(metrics_port, metrics_address)
         print(f"metrics on http://{metrics_address}:{metrics_port}/metrics", flush=True)
     print(f"healing {', '.join(healer.models)} every {interval_s:g} s", flush=True)

@@ -36,7 +36,7 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
-from tritonrepo.model_config import load_config
+from tritonrepo.model_config import load_config, tensor_specs
 from tritonrepo_client.connection import ClientError, TritonConnection
 from tritonrepo_client.health import check_health
 from tritonrepo_client.repository import RepositoryClient
@@ -74,13 +74,13 @@ def _as_proto(config: dict[str, Any]) -> model_config_pb2.ModelConfig:
     return json_format.ParseDict(config, model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
 
 
-def _interface(config: model_config_pb2.ModelConfig) -> dict[str, tuple]:
-    """Tensor name -> (input/output, data type, dims), what an ensemble wires to."""
-    out = {}
-    for kind, tensors in (("input", config.input), ("output", config.output)):
-        for t in tensors:
-            out[t.name] = (kind, model_config_pb2.DataType.Name(t.data_type), tuple(t.dims))
-    return out
+def _interface(config: model_config_pb2.ModelConfig) -> dict[str, str]:
+    """Tensor name -> "input"/"output" and its type and dims: what an ensemble wires to."""
+    return {
+        name: f"{kind} {spec.describe()}"
+        for kind, tensors in (("input", config.input), ("output", config.output))
+        for name, spec in tensor_specs(tensors, config.max_batch_size > 0).items()
+    }
 
 
 def interface_change(serving: dict[str, Any], target: dict[str, Any]) -> str | None:

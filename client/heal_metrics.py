@@ -21,12 +21,14 @@ and by ``tritonrepo-client heal --watch --metrics-port N`` (the sidecar).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from tritonrepo_client.healing import HealReport
+from tritonrepo_client.errors import ClientError, ServerUnreachable
+from tritonrepo_client.healing import Healer, HealReport
 
 
 class HealMetrics:
@@ -93,6 +95,17 @@ class HealMetrics:
         for model in self.models:
             self.ready.labels(model).set(0)
         self.passes.labels("unreachable").inc()
+
+    def failed_pass(self, error: Exception) -> None:
+        """Record a pass that failed as a whole (``Healer.watch``'s ``on_error``): a server that
+        does not answer is :meth:`unreachable`; other failures change nothing."""
+        if isinstance(error, ServerUnreachable):
+            self.unreachable()
+
+    def track_loaded(self, healer: Healer) -> None:
+        """:meth:`track` the models loaded now (nothing if the index cannot be read)."""
+        with contextlib.suppress(ClientError):
+            self.track(healer.loaded_models())
 
     def serve(self, port: int, address: str = "127.0.0.1") -> None:
         """Serve ``/metrics`` on ``address:port`` from a daemon thread.

@@ -203,7 +203,11 @@ def _entrypoint_repository(root: Path, plans: bool) -> Path:
     return repo
 
 
-def _run_entrypoint(tmp: Path, plans: bool, **env: str) -> tuple[subprocess.CompletedProcess, str]:
+def _run_entrypoint(
+    tmp: Path, plans: bool, *args: str, **env: str
+) -> tuple[subprocess.CompletedProcess, str]:
+    """docker/entrypoint.sh with ``args`` and ``env`` on top of the stand-ins' environment (a
+    key file in ``tmp``); the process and the stand-ins' log."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
     for name, text in (("python", FAKE_PYTHON), ("tritonserver", FAKE_TRITONSERVER)):
@@ -220,8 +224,8 @@ def _run_entrypoint(tmp: Path, plans: bool, **env: str) -> tuple[subprocess.Comp
         **env,
     }
     proc = subprocess.run(
-        ["bash", str(ENTRYPOINT)], env=full_env, capture_output=True, text=True, timeout=30,
-        check=False,
+        ["bash", str(ENTRYPOINT), *args], env=full_env, capture_output=True, text=True,
+        timeout=30, check=False,
     )  # fmt: skip
     return proc, log.read_text()
 

@@ -29,7 +29,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.test_compose import FAKE_PYTHON, FAKE_TRITONSERVER, _entrypoint_repository
+from tests.test_compose import _run_entrypoint as run_entrypoint_script
 from tritonrepo import preflight
 from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
 from tritonrepo.server_options import DEFAULT_MODELS
@@ -436,29 +436,14 @@ def test_services_and_scrape_annotations(overlay: str) -> None:
 def _run_entrypoint(tmp: Path, c: dict, plans: bool, **overrides: str) -> list[str]:
     """docker/entrypoint.sh run with ``c``'s env and args (stand-ins for python and
     tritonserver); the tritonserver command line it execs, split."""
-    bin_dir = tmp / "bin"
-    bin_dir.mkdir()
-    for name, text in (("python", FAKE_PYTHON), ("tritonserver", FAKE_TRITONSERVER)):
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    (tmp / "key").write_text("sekrit\n")
-    log = tmp / "log"
-    log.touch()
-    full_env = {
+    variables = {
         **{k: v for k, v in env(c).items() if v is not None},
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
-        "FAKE_LOG": str(log),
-        "TRITONREPO_MODEL_REPOSITORY": str(_entrypoint_repository(tmp, plans)),
         KEY_ENV: str(tmp / "key"),  # the Secret's file, which exists only in the pod
         **overrides,
     }
-    entrypoint = REPO_ROOT / "docker" / "entrypoint.sh"
-    proc = subprocess.run(
-        ["bash", str(entrypoint), *c.get("args", [])], env=full_env, capture_output=True,
-        text=True, timeout=30, check=False,
-    )  # fmt: skip
+    proc, log = run_entrypoint_script(tmp, plans, *c.get("args", []), **variables)
     assert proc.returncode == 0, proc.stderr
-    serve = [line for line in log.read_text().splitlines() if line.startswith("tritonserver ")]
+    serve = [line for line in log.splitlines() if line.startswith("tritonserver ")]
     assert len(serve) == 1
     return serve[0].split()[1:]
 

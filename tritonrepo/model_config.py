@@ -75,7 +75,8 @@ class TensorSpec:
         )
 
 
-def _specs(tensors, batched: bool) -> dict[str, TensorSpec]:
+def tensor_specs(tensors, batched: bool) -> dict[str, TensorSpec]:
+    """Tensor name -> :class:`TensorSpec` of a config's ``input`` or ``output`` list."""
     return {t.name: TensorSpec(t.data_type, tuple(t.dims), batched) for t in tensors}
 
 
@@ -100,7 +101,7 @@ def check_ensemble(repository: Path, ensemble: str, config_name: str | None = No
     if len(cfg.model_warmup):
         problems.append(f"{ensemble}: model_warmup can not be specified for ensemble")
     batched = cfg.max_batch_size > 0
-    available = _specs(cfg.input, batched)  # tensor name -> spec, as produced so far
+    available = tensor_specs(cfg.input, batched)  # tensor name -> spec, as produced so far
     producers: dict[str, str] = {name: "ensemble input" for name in available}
     steps = list(cfg.ensemble_scheduling.step)
     if not steps:
@@ -119,8 +120,8 @@ def check_ensemble(repository: Path, ensemble: str, config_name: str | None = No
                 f"'{step.model_name}' max_batch_size {step_cfg.max_batch_size}"
             )
         step_batched = step_cfg.max_batch_size > 0
-        inputs = _specs(step_cfg.input, step_batched)
-        outputs = _specs(step_cfg.output, step_batched)
+        inputs = tensor_specs(step_cfg.input, step_batched)
+        outputs = tensor_specs(step_cfg.output, step_batched)
         for key in step.input_map:
             if key not in inputs:
                 problems.append(f"{ensemble}: '{key}' is not an input of '{step.model_name}'")
@@ -166,7 +167,7 @@ def check_ensemble(repository: Path, ensemble: str, config_name: str | None = No
                     available[tensor] = outputs[key]
             pending.remove((step, inputs, outputs))
 
-    for name, spec in _specs(cfg.output, batched).items():
+    for name, spec in tensor_specs(cfg.output, batched).items():
         if name not in available:
             problems.append(f"{ensemble}: output '{name}' is produced by no step")
         elif not available[name].compatible(spec):

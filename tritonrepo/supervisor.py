@@ -8,7 +8,6 @@ keep landing on the healthy one."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 from collections.abc import Callable
@@ -88,7 +87,6 @@ class Supervisor:
 
     def _run(self, interval_s: float) -> None:
         from tritonrepo_client.connection import TritonConnection
-        from tritonrepo_client.errors import ClientError, ServerUnreachable
         from tritonrepo_client.heal_metrics import HealMetrics
         from tritonrepo_client.healing import ChangeLog, Healer
         from tritonrepo_client.repository import RepositoryClient
@@ -106,8 +104,7 @@ class Supervisor:
                 log(f"heal: {line}")
 
         def on_error(exc: Exception) -> None:
-            if isinstance(exc, ServerUnreachable):
-                metrics.unreachable()
+            metrics.failed_pass(exc)
             if str(exc) != last_error[0] and not self._stop.is_set():
                 log(f"heal: pass failed: {exc}")
             last_error[0] = str(exc)
@@ -126,8 +123,7 @@ class Supervisor:
                     backoff_s=o.heal_backoff_s,
                     dead_instances=StubWatch(self._list_stubs),
                 )
-                with contextlib.suppress(ClientError):
-                    metrics.track(healer.loaded_models())
+                metrics.track_loaded(healer)
                 healer.watch(interval_s, self._stop, on_report, on_error)
         except Exception as exc:  # the supervisor must say why it stopped, not vanish
             log(f"heal: supervisor stopped: {type(exc).__name__}: {exc}")

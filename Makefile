@@ -48,7 +48,7 @@ BENCH_ARGS ?=
 SOAK_MINUTES ?= 10
 
 .PHONY: help setup artifacts serve test bench bench-quick bench-priority fallback-cpu fallback-gpu profile perf-deps int8-study lint clean soak \
-	k8s-deps k8s-validate monitoring-deps \
+	k8s-deps k8s-validate monitoring-deps guard-deps \
 	artifacts-gpu test-gpu bench-gpu build-plans serve-gpu
 
 help:
@@ -70,14 +70,20 @@ help:
 	@echo "make build-plans  Docker + GPU: TensorRT plans built on this GPU in the builder image"
 	@echo "make serve-gpu    Docker + GPU: NVIDIA's Triton container (docker/compose.yaml)"
 	@echo "make k8s-validate  render deploy/kubernetes/ (kubectl kustomize), validate the schemas"
+	@echo "make guard-deps  install nginx + njs for the HTTP guard (apt, as root; make test/serve do)"
 	@echo "make lint      ruff check + ruff format --check"
 	@echo "make clean     remove built artifacts and build/ (keeps $(VENV))"
 
 setup: $(STAMP)
 
+# pip shows each package and a progress bar per download: the first install brings ~130
+# packages (2.4 GB in .venv, torch the largest) and took 162 s on a 2-core machine.
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -r requirements.txt
+	@echo "installing the $$(grep -oE '^[A-Za-z0-9_.-]+' requirements.txt | sort -u | wc -l)" \
+		"packages pinned in requirements.txt and their dependencies into $(VENV)" \
+		"(about 3 min the first time)"
+	$(PY) -m pip install --progress-bar on -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --editable .
 	touch $@
 
@@ -102,10 +108,10 @@ model_repository/ctr_session/1/model.onnx: $(CTR_ARTIFACTS) builders/ctr_session
 build/tensorrt/real_texts.json: $(STAMP) builders/plan_data.py tritonrepo/text/corpus.py
 	$(PY) -m builders.plan_data
 
-serve: artifacts
+serve: artifacts guard-deps
 	$(PY) -m tritonrepo.serve $(SERVE_ARGS)
 
-test: artifacts perf-deps k8s-deps monitoring-deps
+test: artifacts perf-deps k8s-deps monitoring-deps guard-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # CPU fallback of a running server (`make serve`, or the container's ports with URL=host:port):
@@ -139,6 +145,18 @@ monitoring-deps:
 		|| { echo "error: tests/test_monitoring.py needs Debian's prometheus package" \
 			"(prometheus and promtool; apt-get install prometheus)"; exit 1; }
 
+# The HTTP guard in front of Triton's HTTP port (tritonrepo/http_guard.py) runs Debian's nginx
+# with its njs module (libnginx-mod-http-js); install them when missing (as root). apt does not
+# start the package's own nginx service in containers (policy-rc.d); the guard runs its own.
+guard-deps:
+	@{ command -v nginx >/dev/null || test -x /usr/sbin/nginx; } \
+		&& test -f /usr/lib/nginx/modules/ngx_http_js_module.so \
+		|| apt-get install -y -q --no-install-recommends nginx libnginx-mod-http-js >/dev/null \
+		|| { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends \
+			nginx libnginx-mod-http-js >/dev/null; } \
+		|| { echo "error: the HTTP guard needs Debian's nginx and libnginx-mod-http-js" \
+			"(apt-get install nginx libnginx-mod-http-js)"; exit 1; }
+
 # deploy/kubernetes/ is rendered with `kubectl kustomize` (tests/test_kubernetes.py). kubectl
 # comes with these machines' image; elsewhere `apt-get install kubectl` where an apt source
 # has it. The check is that it renders an overlay: kubectl 1.27-1.33 (kustomize v5) render them
@@ -166,7 +184,7 @@ k8s-validate: setup k8s-deps
 	done; done
 	$(PY) -m pytest -q tests/test_kubernetes.py
 
-bench: artifacts perf-deps
+bench: artifacts perf-deps guard-deps
 	$(PY) -m benchmarks $(BENCH_ARGS)
 	$(PY) -m benchmarks.priority
 
@@ -174,7 +192,7 @@ bench: artifacts perf-deps
 bench-priority: artifacts
 	$(PY) -m benchmarks.priority
 
-bench-quick: artifacts perf-deps
+bench-quick: artifacts perf-deps guard-deps
 	$(PY) -m benchmarks --quick $(BENCH_ARGS)
 
 soak: artifacts
@@ -207,7 +225,7 @@ bench-gpu: artifacts-gpu perf-deps
 # NVIDIA's containers (docker/README.md; needs Docker and the NVIDIA Container Toolkit, so not
 # run on the development machines or CI). Plans are tied to TensorRT version and GPU: build them
 # on the serving GPU, in the TensorRT image of the serving image's release, as your user.
-BUILDER_IMAGE ?= tritonrepo-builder:24.10
+BUILDER_IMAGE ?= tritonrepo-builder:26.05
 PLAN_ARGS ?=
 
 build-plans: artifacts

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import ctr, image, inputs, machine, report, targets, text_embedding, triton_side
+from benchmarks.guard import guard_cost
+from benchmarks.guard import steps as guard_steps
 from benchmarks.results import Run
 from benchmarks.settings import Settings
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
@@ -115,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     steps = ctr.steps(settings) * ("ctr" in workloads)
     steps += text_embedding.steps(settings) * ("text_embedding" in workloads)
+    steps += guard_steps(settings) * ("text_embedding" in workloads)  # the HTTP guard's cost
     steps += image.steps(settings) * bool(files)
     with Progress(
         TextColumn("{task.description}"),
@@ -149,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             with triton_side.start_server(out, models) as server:
                 if texts:
                     run.systems += text_embedding.triton(server, texts, reference, settings)
+                    run.systems += guard_cost(server, texts, settings)  # the HTTP guard's cost
                     run.save(out / "results.json")
                 if data is not None:
                     run.systems += ctr.triton(server, data, model, settings)

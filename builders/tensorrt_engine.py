@@ -2,7 +2,7 @@
 
 Thin on purpose (TensorRT is not installable on the development machines): the ONNX parse,
 builder config (precision flags, profile, workspace, timing cache, INT8 calibrator), the
-engine's I/O tensors and inference for the accuracy gate. TensorRT 10.x (NGC 24.10).
+engine's I/O tensors and inference for the accuracy gate. TensorRT 10.x (NGC 26.05).
 """
 
 from __future__ import annotations

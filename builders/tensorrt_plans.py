@@ -11,9 +11,10 @@ engine with the history as implicit state, from ``ctr_session/1/model.onnx``,
 ``image_classifier_resnet50`` (calibration and gate on real photographs:
 ``builders/image_plan_data.py``). Run it where the plans will serve: a plan is tied to the
 TensorRT version and GPU architecture it was built with. ``make build-plans`` runs it in
-``nvcr.io/nvidia/tensorrt:24.10-py3`` (TensorRT 10.x, the release of the serving image,
-``docker/Dockerfile.builder``) on this machine's GPU; without TensorRT 10 this module prints
-one line saying so and exits 1 without writing anything.
+``nvcr.io/nvidia/tensorrt:26.05-py3`` (TensorRT 10.x, the release of the serving image
+``nvcr.io/nvidia/tritonserver:26.05-py3``, ``docker/Dockerfile.builder``) on this machine's GPU;
+without TensorRT 10 this module prints one line saying so and exits 1 without writing anything.
+NGC 26.06 and later ship TensorRT 11 (docs/deployment/container.md).
 
 Per model, ``build_plan``:
 
@@ -73,7 +74,7 @@ WORKSPACE_GIB = 4.0  # builder workspace (scratch memory for tactics); an H200 h
 PLAN_FILE, METADATA_FILE = "model.plan", "plan_metadata.json"
 SUPPORTED_TENSORRT_MAJOR = 10
 BUILDER_COMMAND = "make build-plans"
-BUILDER_IMAGE = "nvcr.io/nvidia/tensorrt:24.10-py3"
+BUILDER_IMAGE = "nvcr.io/nvidia/tensorrt:26.05-py3"
 
 
 class PlanBuildError(RuntimeError):

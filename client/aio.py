@@ -30,12 +30,16 @@ from tritonrepo_client.connection import (
     grpc_tls_arguments,
     resolve_url,
 )
+from tritonrepo_client.embedding import encode_texts
 from tritonrepo_client.errors import (
     ClientError,
     DeadlineExceeded,
     ServerUnreachable,
+    WrongProtocol,
     _reason,
     classify,
+    wrong_protocol,
+    wrong_protocol_message,
 )
 from tritonrepo_client.ranking import OUTPUTS, Ranking, SessionEvents, _ids
 from tritonrepo_client.retry import NO_RETRY, RetryPolicy
@@ -102,10 +106,14 @@ class AsyncTritonConnection:
             try:
                 return await asyncio.wait_for(make(), deadline)
             except Exception as exc:
-                kind = classify(exc)
+                fix = wrong_protocol(exc, self.protocol, self.url if self._tls is None else None)
+                kind = WrongProtocol if fix else classify(exc)
                 delay = next(delays, None) if kind.kind in policy.retry_on else None
                 if delay is None:
                     tries = f" (after {attempt} tries)" if attempt > 1 else ""
+                    if fix:
+                        message = wrong_protocol_message(what, self.url, self.protocol, fix, exc)
+                        raise WrongProtocol(message, attempt) from None
                     if kind is ServerUnreachable:
                         message = f"cannot reach Triton at {self.url} over {self.protocol}"
                         raise kind(f"{message} ({what}){tries}: {_reason(exc)}", attempt) from None
@@ -220,15 +228,14 @@ class AsyncEmbeddingClient(AsyncModelClient):
         the client's) and ``timeout_us``: as :meth:`tritonrepo_client.EmbeddingClient.embed`.
 
         Raises:
-            ValueError: ``texts`` is empty.
+            ValueError: ``texts`` is empty, one ``str``/``bytes`` instead of a list, or holds
+                an item that is not text (:func:`tritonrepo_client.embedding.encode_texts`).
             ClientError: see :meth:`AsyncTritonConnection.call`.
         """
-        if len(texts) == 0:
-            raise ValueError("embed() needs at least one text")
+        encoded = encode_texts(texts)
         if self._max_batch_size is None:
             config = await self.connection.model_config(self.model)
             self._max_batch_size = int(config["max_batch_size"])
-        encoded = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
         chunk = self._max_batch_size
         parts = await asyncio.gather(
             *(

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from tritonrepo_client.aio import AsyncModelClient
-from tritonrepo_client.connection import ClientError, ModelClient
+from tritonrepo_client.connection import ClientError, ModelClient, build_request
+from tritonrepo_client.scheduling import scheduling_kwargs
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,11 @@ def read_image(image: bytes | str | Path) -> bytes:
 
 
 OUTPUTS = ("LABELS", "SCORES")
+# FP32 [n, 1000] softmax with a label_filename: the output Triton's classification extension
+# ranks (docs/models/classification.md). Never ask for classification of LABELS (BYTES): it
+# ends Triton 2.51 (SIGFPE; fixed in 2.59.1).
+CLASS_COUNT_OUTPUT = "PROBABILITIES"
+NUM_CLASSES = 1000
 
 
 def request(files: Sequence[bytes], top_k: int) -> dict[str, np.ndarray]:
@@ -59,6 +65,27 @@ def classifications(out: dict[str, np.ndarray]) -> list[Classification]:
     ]
 
 
+def parse_class_strings(rows: np.ndarray) -> list[Classification]:
+    """Triton's classification extension answer, BYTES ``[n, K]`` of
+    ``b"<probability>:<index>:<label>"`` → one :class:`Classification` per row.
+
+    Raises:
+        ValueError: an element has no label (the output's config names no label_filename).
+    """
+    results = []
+    for row in rows:
+        labels, scores = [], []
+        for entry in row:
+            text = entry.decode() if isinstance(entry, bytes) else str(entry)
+            parts = text.split(":", 2)
+            if len(parts) != 3:
+                raise ValueError(f"classification '{text}' has no label")
+            scores.append(float(parts[0]))
+            labels.append(parts[2])
+        results.append(Classification(labels, scores))
+    return results
+
+
 class ClassificationClient(ModelClient):
     """ImageNet classification of image files (JPEG, PNG, WebP) by the ``image_classification``
     ensemble (arguments: :class:`ModelClient`; ``model`` defaults to
@@ -72,12 +99,17 @@ class ClassificationClient(ModelClient):
         top_k: int = 5,
         model_version: str = "",
         timeout_s: float | None = None,
+        via_class_count: bool = False,
     ) -> list[Classification]:
         """Classify ``images`` (file bytes or paths); one :class:`Classification` per image.
 
         The images travel together, up to ``max_batch_size`` per request, so one bad image
         fails its whole request (the message names it as ``IMAGE[i]`` within that request);
         use :meth:`classify_each` to get a result or an error per image.
+
+        ``via_class_count``: ask Triton's classification extension for the top ``top_k`` of
+        the ``PROBABILITIES`` output (``class_count``) instead of reading ``LABELS`` and
+        ``SCORES``; the result is the same (probabilities as Triton prints them, 6 digits).
 
         Raises:
             ValueError: no images, or ``top_k`` < 1.
@@ -92,6 +124,10 @@ class ClassificationClient(ModelClient):
         files = [read_image(image) for image in images]
         results: list[Classification] = []
         for start in range(0, len(files), self.max_batch_size):
+            if via_class_count:
+                batch = files[start : start + self.max_batch_size]
+                results += self._class_count(batch, top_k, model_version, timeout_s)
+                continue
             out = self.connection.infer(
                 self.model,
                 request(files[start : start + self.max_batch_size], top_k),
@@ -103,6 +139,29 @@ class ClassificationClient(ModelClient):
             )
             results += classifications(out)
         return results
+
+    def _class_count(
+        self, files: Sequence[bytes], top_k: int, model_version: str, timeout_s: float | None
+    ) -> list[Classification]:
+        """One request asking for ``PROBABILITIES`` with ``class_count=top_k`` (cut to 1000)."""
+        conn = self.connection
+        deadline = conn.timeout_s if timeout_s is None else timeout_s
+        images = {"IMAGE": np.array(list(files), dtype=object).reshape(-1, 1)}
+        tensors, _ = build_request(conn.module, images, [])
+        count = min(top_k, NUM_CLASSES)
+        requested = [conn.module.InferRequestedOutput(CLASS_COUNT_OUTPUT, class_count=count)]
+        kwargs = scheduling_kwargs(self.priority, self.timeout_us, deadline)
+        if conn.protocol == "grpc":
+            kwargs["client_timeout"] = deadline
+        result = conn.call(
+            f"infer {self.model}",
+            lambda: conn.client.infer(
+                self.model, tensors, model_version=model_version, outputs=requested, **kwargs
+            ),
+            retry=conn.retry,
+            timeout_s=deadline,
+        )
+        return parse_class_strings(result.as_numpy(CLASS_COUNT_OUTPUT))
 
     def classify_each(
         self,

@@ -8,7 +8,8 @@ Examples::
     tritonrepo-client rank --history 12 7 981 --candidates 5 66 981 4000 --top-k 2
     tritonrepo-client session --correlation-id user-42 events.jsonl   # or - for stdin
     tritonrepo-client classify cat.jpg cup.png --top-k 3   # ImageNet top-K table
-    tritonrepo-client health                      # exit 1 unless every ensemble answers
+    tritonrepo-client health                      # exit 1 unless every served model answers
+    tritonrepo-client health --model my_ensemble  # probed if its config declares a probe
     tritonrepo-client heal                        # reload steps whose stubs died; exit 1 if any
     tritonrepo-client heal --watch --interval 10  # the same every 10 s (a sidecar)
     tritonrepo-client heal --watch --metrics-port 8003  # ... with Prometheus metrics
@@ -33,18 +34,19 @@ from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo_client.bulk import embed_file
 from tritonrepo_client.classify import ClassificationClient, print_classifications
 from tritonrepo_client.cli_control import (
+    add_local_checks_arguments,
     configs_command,
     heal_command,
     models_command,
     rollout_command,
     tls_from_args,
 )
-from tritonrepo_client.connection import DEFAULT_URLS, ClientError, TritonConnection
+from tritonrepo_client.cli_serving import health_command, session_command
+from tritonrepo_client.connection import DEFAULT_URLS, ClientError
 from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matrix
-from tritonrepo_client.health import DEFAULT_MODELS, check_health
-from tritonrepo_client.ranking import RankingClient, SessionClient, read_events
+from tritonrepo_client.health import DEFAULT_MODELS
+from tritonrepo_client.ranking import RankingClient
 from tritonrepo_client.scheduling import BULK, parse_priority
-from tritonrepo_client.validation import parse_correlation_id
 
 
 def _priority_argument(text: str) -> int:
@@ -140,13 +142,17 @@ def _parser() -> argparse.ArgumentParser:
     classify.add_argument("--concurrency", type=int, default=4, help="requests in flight")
 
     health = sub.add_parser(
-        "health", help="liveness/readiness with a real inference per model; exit 1 if unhealthy"
+        "health",
+        help="liveness/readiness with a real inference per served model; WARN lines for "
+        "other models that failed to load or are still loading; exit 1 if unhealthy",
     )
     health.add_argument(
         "--model",
         dest="models",
         action="append",
-        help=f"model to check (repeatable; default {', '.join(DEFAULT_MODELS)})",
+        help=f"served model to check (repeatable; default {', '.join(DEFAULT_MODELS)}); one "
+        "without a built-in probe is probed only if its config declares one (parameter "
+        "tritonrepo_probe, docs/operations/health.md), else reported 'ready, not probed'",
     )
     health.add_argument("--live", action="store_true", help="liveness only")
 
@@ -186,6 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     load = msub.add_parser("load", help="load or reload a model")
     load.add_argument("model")
     load.add_argument("--config", type=Path, help="JSON ModelConfig file to use as override")
+    add_local_checks_arguments(load, load=True)
     unload = msub.add_parser("unload", help="unload a model")
     unload.add_argument("model")
     unload.add_argument(
@@ -251,6 +258,7 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--rtol", type=float, default=1e-3)
         cmd.add_argument("--no-canary", action="store_true", help="skip the comparison")
         cmd.add_argument("--drain-timeout", type=float, default=120.0, help="seconds")
+        add_local_checks_arguments(cmd, load=False)
     return p
 
 
@@ -327,14 +335,6 @@ def _classify(args: argparse.Namespace) -> int:
     return print_classifications(args.images, results, as_json=args.json)
 
 
-def _health(args: argparse.Namespace) -> int:
-    with TritonConnection(args.url, args.protocol, args.timeout, tls_from_args(args)) as conn:
-        checks = check_health(conn, args.models or DEFAULT_MODELS, live_only=args.live)
-    for check in checks:
-        print(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
-    return 0 if all(c.ok for c in checks) else 1
-
-
 def _rank(args: argparse.Namespace) -> int:
     with RankingClient(
         args.url, args.protocol, args.model, args.timeout, tls_from_args(args), **_scheduling(args)
@@ -344,26 +344,12 @@ def _rank(args: argparse.Namespace) -> int:
     return 0
 
 
-def _session(args: argparse.Namespace) -> int:
-    correlation_id = parse_correlation_id(args.correlation_id, protocol=args.protocol)
-    stream = sys.stdin if args.events == "-" else open(args.events, encoding="utf-8")  # noqa: SIM115
-    with (
-        stream,
-        SessionClient(
-            args.url, args.protocol, args.model, args.timeout, tls_from_args(args)
-        ) as client,
-    ):
-        for event, ranking in client.replay(correlation_id, read_events(stream)):
-            print(json.dumps({"item_id": event["item_id"]} | ranking.as_dict()), flush=True)
-    return 0
-
-
 COMMANDS = {
     "embed": _embed,
     "rank": _rank,
-    "session": _session,
+    "session": session_command,
     "classify": _classify,
-    "health": _health,
+    "health": health_command,
     "heal": heal_command,
     "configs": configs_command,
     "models": models_command,

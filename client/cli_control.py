@@ -4,14 +4,18 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from tritonrepo import repository_key
+from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo_client.connection import GrpcTls, TritonConnection
 from tritonrepo_client.healing import ChangeLog, Healer, HealReport
 from tritonrepo_client.health import DEFAULT_MODELS
+from tritonrepo_client.load_checks import check_load, check_rollout_name
 from tritonrepo_client.repository import RepositoryClient
 from tritonrepo_client.rollout import (
     DEFAULT_PROBE_TEXTS,
@@ -23,6 +27,31 @@ from tritonrepo_client.rollout import (
     rollout,
 )
 from tritonrepo_client.validation import read_config_file
+
+
+def add_local_checks_arguments(parser: argparse.ArgumentParser, load: bool) -> None:
+    """``--model-repository`` (and for ``models load`` ``--model-config-name`` and
+    ``--force``): where the local checks (:mod:`tritonrepo_client.load_checks`) read the
+    server's repository."""
+    parser.add_argument(
+        "--model-repository",
+        type=Path,
+        default=Path(os.environ.get("TRITONREPO_MODEL_REPOSITORY", MODEL_REPOSITORY)),
+        help="the server's model repository, checked before anything is sent when it is here "
+        "(default: $TRITONREPO_MODEL_REPOSITORY, else this checkout's)",
+    )
+    if not load:
+        return
+    parser.add_argument(
+        "--model-config-name",
+        default="cpu",
+        help="the config set the server runs, for the local checks ('' = config.pbtxt)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="load even if the new config no longer matches a loaded ensemble that uses it",
+    )
 
 
 def tls_from_args(args: argparse.Namespace) -> GrpcTls | None:
@@ -50,6 +79,15 @@ def models_command(args: argparse.Namespace) -> int:
                 )
         elif args.action == "load":
             config = read_config_file(args.config) if args.config else None
+            check_load(
+                repo,
+                args.model,
+                getattr(args, "model_repository", None),
+                getattr(args, "model_config_name", "cpu") or None,
+                config,
+                f"--config {args.config}",
+                getattr(args, "force", False),
+            )
             repo.load(args.model, config)
             print(f"loaded {args.model} (versions {repo.versions(args.model)})")
         elif args.action == "unload":
@@ -91,6 +129,7 @@ def _print_report(report: RolloutReport) -> None:
 def rollout_command(args: argparse.Namespace) -> int:
     canary = _canary(args)
     with _repository(args) as repo:
+        check_rollout_name(repo, args.model, getattr(args, "model_repository", None))
         if args.command == "rollout":
             report = rollout(
                 repo, args.model, args.version, args.source_dir, canary, args.drain_timeout

@@ -19,9 +19,14 @@ so in-flight and new requests are not dropped. The safety of ``rollout`` applies
 3. one model at a time, each followed by a probe of every served model; a failed load or
    probe puts the configs that were serving back, in reverse order, and raises.
 
-The served versions are kept: the target config's ``version_policy`` is replaced by the one
-serving now (a rolled-out version stays live). Each override carries the parameter
-``tritonrepo_config_set`` so :func:`current_config_sets` can tell which set serves.
+The served versions are kept: the target config's ``version_policy`` names exactly the
+versions that are READY in the repository index (a rolled-out version stays live, a
+rolled-back one stays unloaded; the policy that ``get_model_config`` reports can be stale after
+a rollback), and a failed switch puts the serving configs back with those versions too. Each
+override carries the parameter ``tritonrepo_config_set`` so :func:`current_config_sets` can
+tell which set serves, and keeps the rollout record so ``rollback`` still works. The probes are
+those of ``tritonrepo-client health``: the served models' (built-in or declared) and those of
+every other loaded model that declares one (:func:`probed_models`).
 """
 
 from __future__ import annotations
@@ -39,10 +44,14 @@ from tritonclient.grpc import model_config_pb2
 from tritonrepo.model_config import load_config, tensor_specs
 from tritonrepo_client.connection import ClientError, TritonConnection
 from tritonrepo_client.health import check_health
+from tritonrepo_client.probe_declaration import PROBE_PARAMETER
 from tritonrepo_client.repository import RepositoryClient
 
 CONFIG_SET_PARAMETER = "tritonrepo_config_set"
 DEFAULT_SET = "default"  # each model's config.pbtxt
+# The rollout record of tritonrepo_client.rollout (its PREVIOUS_VERSION_PARAMETER), kept across
+# a switch; spelled out here because rollout may import this module.
+PREVIOUS_VERSION_PARAMETER = "tritonrepo.previous_version"
 
 
 class ConfigSwitchError(ClientError):
@@ -94,11 +103,37 @@ def interface_change(serving: dict[str, Any], target: dict[str, Any]) -> str | N
     return None
 
 
+def serving_policy(versions: Sequence[int]) -> dict[str, Any]:
+    """The ``version_policy`` (ModelConfig JSON) that serves exactly ``versions``."""
+    return {"specific": {"versions": sorted({int(v) for v in versions})}}
+
+
+def ready_versions(repo: RepositoryClient) -> dict[str, list[int]]:
+    """Model -> its READY versions, ascending, from the repository index: the versions that
+    serve. (The model-config endpoint is no guide: after a policy-only reload, e.g. a
+    rollback, Triton keeps the versions it had loaded with the config they were loaded with,
+    and ``get_model_config`` can report ``[1, 2]`` while only 1 is loaded.)"""
+    out: dict[str, list[int]] = {}
+    for row in repo.index():
+        if row.state == "READY" and row.version:
+            out.setdefault(row.name, []).append(int(row.version))
+    return {name: sorted(versions) for name, versions in out.items()}
+
+
 def target_config(
-    repository: Path, model: str, config_set: str, serving: dict[str, Any]
+    repository: Path,
+    model: str,
+    config_set: str,
+    serving: dict[str, Any],
+    versions: Sequence[int] | None = None,
 ) -> tuple[dict[str, Any], Path]:
     """``model``'s config in ``config_set`` as a load-API override (ModelConfig JSON), with the
-    serving ``version_policy`` and the ``tritonrepo_config_set`` parameter; and its file.
+    ``tritonrepo_config_set`` parameter; and its file.
+
+    Its ``version_policy`` serves exactly ``versions`` (the READY versions:
+    :func:`ready_versions`) when given, else the serving config's ``version_policy``. The
+    serving config's rollout record (parameter ``tritonrepo.previous_version``) is kept, so a
+    rollback still works after a switch.
 
     Raises:
         google.protobuf.text_format.ParseError: the file is not a valid ModelConfig.
@@ -106,9 +141,15 @@ def target_config(
     """
     path = config_file(repository, model, config_set)
     config = json_format.MessageToDict(load_config(path), preserving_proto_field_name=True)
-    if "version_policy" in serving:
+    if versions:
+        config["version_policy"] = serving_policy(versions)
+    elif "version_policy" in serving:
         config["version_policy"] = copy.deepcopy(serving["version_policy"])
-    config.setdefault("parameters", {})[CONFIG_SET_PARAMETER] = {"string_value": config_set}
+    parameters = config.setdefault("parameters", {})
+    previous = serving.get("parameters", {}).get(PREVIOUS_VERSION_PARAMETER)
+    if previous is not None:
+        parameters[PREVIOUS_VERSION_PARAMETER] = copy.deepcopy(previous)
+    parameters[CONFIG_SET_PARAMETER] = {"string_value": config_set}
     return config, path
 
 
@@ -157,6 +198,8 @@ def switch_config_set(
             f"no config set '{config_set}' in {repository}: no model has "
             f"configs/{config_set}.pbtxt (sets: {', '.join([DEFAULT_SET, *known])})"
         )
+    served = probed_models(repo, conn, served)
+    progress(f"probing {', '.join(served) or 'nothing'} before and after each reload")
     if not force:
         failing = [c for c in check_health(conn, served) if not c.ok]
         if failing:
@@ -165,16 +208,21 @@ def switch_config_set(
                 + "; ".join(f"{c.name}: {c.detail}" for c in failing)
                 + " (--force switches anyway)"
             )
-    loaded = sorted({r.name for r in repo.index() if r.state == "READY"})
+    versions = ready_versions(repo)
+    loaded = sorted(versions)
     plan: list[tuple[str, dict[str, Any], dict[str, Any], Path]] = []
     for model in loaded:
         if not (Path(repository) / model / "config.pbtxt").is_file():
             continue  # loaded from elsewhere (a test model, an upload): not part of a set
+        # What serves now, with the versions that serve (the reported policy can be stale).
         serving = repo.config(model)
+        serving["version_policy"] = serving_policy(versions[model])
         if serving.get("platform") == "ensemble":
             continue  # reloaded by Triton with its steps
         try:
-            target, path = target_config(repository, model, config_set, serving)
+            target, path = target_config(
+                repository, model, config_set, serving, versions=versions[model]
+            )
         except Exception as exc:
             raise ConfigSwitchError(f"{model}: cannot use its config: {exc}") from None
         change = interface_change(serving, target)
@@ -211,6 +259,45 @@ def switch_config_set(
         done.append((model, serving))
         progress(f"{model}: {step.source} ({step.seconds:.1f} s)")
     return steps
+
+
+def probed_models(
+    repo: RepositoryClient, conn: TritonConnection, served: Sequence[str]
+) -> list[str]:
+    """``served``, then every other loaded model (repository index and :func:`loaded_models`)
+    whose config declares a probe (parameter ``tritonrepo_probe``:
+    :mod:`tritonrepo_client.probe_declaration`): the models whose probes gate a switch, from
+    the same source as ``tritonrepo-client health``.
+
+    Raises:
+        ClientError: the index or the statistics cannot be read.
+    """
+    extra = []
+    for model in sorted(set(ready_versions(repo)) | set(loaded_models(conn))):
+        if model in served:
+            continue
+        try:
+            parameters = conn.model_config(model).get("parameters", {})
+        except ClientError:
+            continue  # unloaded in the meantime, or not READY: nothing to probe
+        if PROBE_PARAMETER in parameters:
+            extra.append(model)
+    return [*served, *extra]
+
+
+def loaded_models(conn: TritonConnection) -> list[str]:
+    """Names of the loaded models, from the statistics endpoint (open without the key), which
+    also lists models loaded by upload: the repository index lists only the models in the
+    server's repository folders.
+
+    Raises:
+        ClientError: the statistics cannot be read.
+    """
+    if conn.protocol == "http":
+        stats = conn.call("statistics", lambda: conn.client.get_inference_statistics())
+    else:
+        stats = conn.call("statistics", lambda: conn.client.get_inference_statistics(as_json=True))
+    return sorted({entry["name"] for entry in stats.get("model_stats", [])})
 
 
 def _undo(done: list[tuple[str, dict[str, Any]]], repo: RepositoryClient) -> str:

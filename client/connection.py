@@ -23,8 +23,11 @@ from tritonrepo_client.errors import (
     ServerUnavailable,
     ServerUnreachable,
     VersionNotLoaded,
+    WrongProtocol,
     _reason,
     classify,
+    wrong_protocol,
+    wrong_protocol_message,
 )
 from tritonrepo_client.retry import NO_RETRY, RetryPolicy
 from tritonrepo_client.scheduling import scheduling_kwargs
@@ -188,8 +191,12 @@ class TritonConnection:
             try:
                 return self._once(fn, timeout_s)
             except Exception as exc:
-                kind = classify(exc)
+                fix = wrong_protocol(exc, self.protocol, self.url if self.tls is None else None)
+                kind = WrongProtocol if fix else classify(exc)
                 delay = next(delays, None) if kind.kind in policy.retry_on else None
+                if fix:
+                    message = wrong_protocol_message(what, self.url, self.protocol, fix, exc)
+                    raise WrongProtocol(message, attempt) from None
                 if delay is None:
                     raise self._error(kind, what, exc, attempt) from None
                 time.sleep(delay)
@@ -411,4 +418,5 @@ __all__ = [
     "ServerUnreachable",
     "TritonConnection",
     "VersionNotLoaded",
+    "WrongProtocol",
 ]

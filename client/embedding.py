@@ -36,6 +36,52 @@ def cosine_similarity_matrix(vectors: np.ndarray) -> np.ndarray:
     return (unit @ unit.T).astype(np.float32)
 
 
+def encode_texts(
+    texts: Sequence[str | bytes], what: str = "embed()", offset: int = 0
+) -> list[bytes]:
+    """``texts`` as UTF-8 bytes, one item per text, after checking that it is a sequence of
+    texts (``str``, or ``bytes`` already UTF-8). Items are named by index plus ``offset``.
+
+    Raises:
+        ValueError: ``texts`` is one ``str``/``bytes`` (its characters would be embedded one by
+            one), not a sequence, empty, or holds an item that is not ``str``/``bytes`` (a
+            number or an array would be embedded as its printed form); the message names the
+            item and the fix.
+    """
+    if isinstance(texts, str | bytes | bytearray | memoryview):
+        preview = texts[:20] if isinstance(texts, str) else bytes(texts[:20])
+        more = "..." if len(texts) > 20 else ""
+        raise ValueError(
+            f"{what} takes a list of texts, got one {type(texts).__name__} ({preview!r}{more}): "
+            "pass [text] to embed it as one text"
+        )
+    if isinstance(texts, np.ndarray) and texts.ndim != 1:
+        raise ValueError(
+            f"{what} takes a 1-D list of texts, got an array of shape {texts.shape}: pass a "
+            "list of str"
+        )
+    try:
+        items = list(texts)
+    except TypeError:
+        raise ValueError(
+            f"{what} takes a list of texts, got {type(texts).__name__}: pass a list of str"
+        ) from None
+    if not items:
+        raise ValueError(f"{what} needs at least one text")
+    encoded = []
+    for i, text in enumerate(items):
+        if isinstance(text, str):
+            encoded.append(text.encode("utf-8"))
+        elif isinstance(text, bytes | bytearray):
+            encoded.append(bytes(text))
+        else:
+            raise ValueError(
+                f"{what} embeds text: item {offset + i} is {type(text).__name__} "
+                f"{text!r:.40}, not str or bytes; pass str(value) if you mean its printed form"
+            )
+    return encoded
+
+
 class EmbeddingClient(ModelClient):
     """Sentence embeddings from the ``text_embedding`` ensemble (arguments: :class:`ModelClient`;
     ``model`` defaults to ``text_embedding``)."""
@@ -58,13 +104,12 @@ class EmbeddingClient(ModelClient):
         when it should differ from the deadline (:mod:`tritonrepo_client.scheduling`).
 
         Raises:
-            ValueError: ``texts`` is empty.
+            ValueError: ``texts`` is empty, one ``str``/``bytes`` instead of a list, or holds
+                an item that is not ``str``/``bytes`` (:func:`encode_texts`).
             ServerUnreachable: no server at the URL.
             ClientError: the server rejected the request (message from Triton).
         """
-        if len(texts) == 0:
-            raise ValueError("embed() needs at least one text")
-        encoded = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
+        encoded = encode_texts(texts)
         chunk = self.max_batch_size
         parts = []
         for start in range(0, len(encoded), chunk):
@@ -97,9 +142,12 @@ class EmbeddingClient(ModelClient):
 
         Raises:
             BadText: the server refused a text (its ``index`` in the stream is named).
-            ValueError: ``concurrency`` < 1 or ``batch_size`` < 1.
+            ValueError: ``concurrency`` < 1 or ``batch_size`` < 1; ``texts`` is one
+                ``str``/``bytes``, or an item is not text (:func:`encode_texts`).
             ClientError: any other failure (see :meth:`embed`).
         """
+        if isinstance(texts, str | bytes | bytearray | memoryview):
+            encode_texts(texts, "embed_iter()")  # raises: one text, not a stream of texts
         size = batch_size or self.max_batch_size
         if size < 1 or concurrency < 1:
             raise ValueError(f"batch_size and concurrency must be >= 1, got {size}, {concurrency}")
@@ -112,6 +160,7 @@ class EmbeddingClient(ModelClient):
                     batch = list(itertools.islice(items, size))
                     if not batch:
                         break
+                    encode_texts(batch, "embed_iter()", start)  # a non-text item: ValueError
                     future = pool.submit(self.embed, batch, "", timeout_s, priority, timeout_us)
                     pending.append((start, future))
                     start += len(batch)

@@ -64,6 +64,72 @@ class VersionNotLoaded(ClientError):
     kind = "version"
 
 
+class WrongProtocol(ClientError):
+    """The URL's port speaks the other protocol: an HTTP client at Triton's gRPC port (HTTP/2)
+    or a gRPC client at its HTTP/1.1 port. Retrying cannot help; the message names the fix."""
+
+    kind = "protocol"
+
+
+# What each client sees when the port speaks the other protocol. The HTTP clients read the
+# gRPC server's first HTTP/2 frame as a status line (geventhttpclient's HTTPParseError
+# "Expected HTTP/", aiohttp's "Bad status line ... Expected HTTP/"); gRPC core reports an
+# HTTP/1.x answer as "Trying to connect an http1.x server" or an HTTP/2 parse failure, and
+# Triton's HTTP server just closes the connection ("Socket closed", seen), which a dying
+# server does too: then the port is asked for an HTTP/1.1 answer (:func:`answers_http1`).
+_HTTP_AT_GRPC_TEXTS = ("expected http/",)
+_GRPC_AT_HTTP_TEXTS = (
+    "trying to connect an http1.x server",
+    "failed parsing http/2",
+    "expected settings frame",
+)
+_HTTP_AT_GRPC_FIX = (
+    "this port answers in HTTP/2, i.e. it is Triton's gRPC port: point the client at the "
+    'HTTP port (default 8000) or use --protocol grpc / protocol="grpc"'
+)
+_GRPC_AT_HTTP_FIX = (
+    "this port answers in HTTP/1.1, i.e. it is Triton's HTTP port: point the client at the "
+    'gRPC port (default 8001) or use --protocol http / protocol="http"'
+)
+
+
+def answers_http1(url: str, timeout_s: float = 1.0) -> bool:
+    """Whether ``host:port`` answers an HTTP/1.1 ``GET /v2/health/live`` with an HTTP status
+    line (a plain socket, no TLS; False on any failure)."""
+    import socket
+
+    host, _, port = url.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: " + host.encode() + b"\r\n\r\n")
+            return sock.recv(5) == b"HTTP/"
+    except (OSError, ValueError):
+        return False
+
+
+def wrong_protocol(exc: BaseException, protocol: str, url: str | None = None) -> str | None:
+    """The fix when ``exc`` shows that the server's port speaks the other protocol than
+    ``protocol`` (``"http"`` or ``"grpc"``), else None. With ``url``, a gRPC connection the
+    server closed is checked by asking the port for HTTP/1.1 (:func:`answers_http1`)."""
+    text = f"{type(exc).__name__} {exc} {_reason(exc)}".lower()
+    if protocol == "http" and any(marker in text for marker in _HTTP_AT_GRPC_TEXTS):
+        return _HTTP_AT_GRPC_FIX
+    if protocol == "grpc" and any(marker in text for marker in _GRPC_AT_HTTP_TEXTS):
+        return _GRPC_AT_HTTP_FIX
+    if protocol == "grpc" and url and "socket closed" in text and answers_http1(url):
+        return _GRPC_AT_HTTP_FIX
+    return None
+
+
+def wrong_protocol_message(what: str, url: str, protocol: str, fix: str, exc: BaseException) -> str:
+    """One line for :class:`WrongProtocol`: the action, the URL, the ``fix``
+    (:func:`wrong_protocol`) and the start of what the client saw."""
+    seen = _reason(exc)
+    seen = seen if len(seen) <= 120 else seen[:119] + "…"
+    return f"{what}: {url} does not speak {protocol}: {fix} ({seen})"
+
+
 def _reason(exc: BaseException) -> str:
     """One line saying what went wrong in ``exc``."""
     if isinstance(exc, InferenceServerException):
@@ -75,7 +141,8 @@ def _reason(exc: BaseException) -> str:
 
 def classify(exc: BaseException) -> type[ClientError]:
     """The :class:`ClientError` subclass that describes ``exc`` (an exception raised by
-    tritonclient, gevent, grpc or the socket layer)."""
+    tritonclient, gevent, grpc, aiohttp or the socket layer); :class:`WrongProtocol` is told
+    apart by :func:`wrong_protocol`, which needs the client's protocol."""
     if type(exc).__name__ == "Timeout" or isinstance(exc, TimeoutError):
         return DeadlineExceeded  # gevent.Timeout (HTTP deadline) or socket timeout
     if isinstance(exc, (ConnectionError, OSError)):

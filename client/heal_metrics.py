@@ -14,6 +14,13 @@ The healer knows both, so it publishes them, on its own port (prometheus_client)
 ``tritonrepo_heal_passes_total{result}``
     passes, by ``result``: ``healthy`` (every model serves afterwards), ``failing`` or
     ``unreachable`` (the server did not answer).
+``tritonrepo_server_restarts_total{signal}``
+    restarts of a ``tritonserver`` that died, by what ended it: the signal's name (``SIGFPE``,
+    ``SIGSEGV``, ``SIGABRT``, ``SIGKILL`` ...) or ``exit`` (an exit code); counted when the
+    restarted server serves again (the launcher's ``restart_on_crash``:
+    :mod:`tritonrepo.server_restart`). The usual signals' series exist from the start, at 0.
+``tritonrepo_server_restart_seconds``
+    seconds from the last death to serving again (backoff, start and reloads included).
 
 Run by the launcher's supervisor (``ServerOptions.heal_metrics_port``, ``make serve``: 8003)
 and by ``tritonrepo-client heal --watch --metrics-port N`` (the sidecar).
@@ -29,6 +36,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from tritonrepo_client.errors import ClientError, ServerUnreachable
 from tritonrepo_client.healing import Healer, HealReport
+
+# What ends a tritonserver that crashes or is killed (and "exit": an exit code): created at 0.
+SERVER_EXIT_LABELS = ("SIGSEGV", "SIGABRT", "SIGFPE", "SIGBUS", "SIGILL", "SIGKILL", "exit")
 
 
 class HealMetrics:
@@ -65,6 +75,20 @@ class HealMetrics:
             ["result"],
             registry=self.registry,
         )
+        self.server_restarts = Counter(
+            "tritonrepo_server_restarts",
+            "Restarts of a tritonserver that died, by the signal that ended it (exit: an exit "
+            "code)",
+            ["signal"],
+            registry=self.registry,
+        )
+        self.server_restart_seconds = Gauge(
+            "tritonrepo_server_restart_seconds",
+            "Seconds from the last death of tritonserver to serving again",
+            registry=self.registry,
+        )
+        for label in SERVER_EXIT_LABELS:
+            self.server_restarts.labels(label)
         self.models = tuple(models)
         for model in self.models:
             self.ready.labels(model).set(0)
@@ -89,6 +113,13 @@ class HealMetrics:
             elif step.reload_s is not None or step.outcome == "gave up":
                 self.restart_failures.labels(step.step).inc()
         self.passes.labels("healthy" if report.healthy else "failing").inc()
+
+    def server_restarted(self, signal: str, ready_s: float | None = None) -> None:
+        """Count a restart of tritonserver that died of ``signal`` (a name such as ``SIGFPE``,
+        or ``exit``), serving again ``ready_s`` seconds after it died."""
+        self.server_restarts.labels(signal).inc()
+        if ready_s is not None:
+            self.server_restart_seconds.set(ready_s)
 
     def unreachable(self) -> None:
         """Record a pass in which the server did not answer: no model is ready."""

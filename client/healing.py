@@ -12,6 +12,15 @@ them in without failing a request of the ensemble.
 (never unloads), probes again and reports the time to recovery. Failures that are not a dead
 step (a model that is not loaded, a wrong answer) are reported and never reloaded, and a step
 whose reload fails is retried with exponential backoff, then given up on.
+
+Every call a pass makes has a deadline (``call_timeout_s`` for the index and configs, the probe
+connection's timeout for probes, ``reload_timeout_s`` for a reload), and a call that misses it
+is tried once more: Triton 2.51 serves an HTTP load on the frontend thread of its connection, so
+a load that never returns (a model stuck LOADING, e.g. a Python model without ``model.py``)
+blocks that thread, and the keep-alive connections it serves, the healer's among them, get no
+answer to anything. The timed-out connection is dropped; the retry opens a new one, which
+another thread serves. A reload that misses its deadline is abandoned, reported as failed, and
+not sent again while it is still in flight; the pass goes on with the other steps.
 """
 
 from __future__ import annotations
@@ -21,10 +30,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from tritonrepo.server_processes import instance_model
 from tritonrepo_client.connection import ClientError, ServerUnreachable, TritonConnection
+from tritonrepo_client.errors import DeadlineExceeded
 from tritonrepo_client.health import DEFAULT_MODELS, PROBES, is_overload
 from tritonrepo_client.repository import RepositoryClient
 
@@ -36,6 +46,22 @@ _DEAD_STUB = re.compile(r"Stub process '([^']+)' is not healthy")
 # Backends whose instances run in Python-backend stub processes: the Python backend and this
 # repository's Python-based backends (backends/onnxruntime_python, backends/torch_python).
 _STUB_BACKEND = re.compile(r"^python$|_python$")
+T = TypeVar("T")
+
+
+def twice_on_deadline(fn: Callable[[], T]) -> T:
+    """``fn()``, tried once more when it misses its deadline (:class:`DeadlineExceeded`): the
+    HTTP client drops a connection whose call timed out, and the retry's new connection is
+    served by another of Triton's frontend threads (see the module docstring).
+
+    Raises:
+        DeadlineExceeded: the second try missed its deadline too.
+        ClientError: what ``fn`` raised otherwise.
+    """
+    try:
+        return fn()
+    except DeadlineExceeded:
+        return fn()
 
 
 def dead_stub_models(error: str) -> list[str]:
@@ -56,15 +82,18 @@ def probe(conn: TritonConnection, model: str, rounds: int = 2) -> str | None:
         None when the model serves (a probe Triton refused for overload counts: the model is
         busy, not broken), else the error (one line).
 
+    Each call is bounded by ``conn``'s timeout and tried once more when it misses it
+    (:func:`twice_on_deadline`).
+
     Raises:
         ServerUnreachable: the server does not answer.
     """
     try:
-        if not conn.model_ready(model):
+        if not twice_on_deadline(lambda: conn.model_ready(model)):
             return f"model '{model}' is not READY"
         check = PROBES.get(model)
         for _ in range(rounds if check else 0):
-            check(conn, model)
+            twice_on_deadline(lambda: check(conn, model))
     except ServerUnreachable:
         raise
     except ClientError as exc:
@@ -172,6 +201,11 @@ class Healer:
             supervisor watches the stub processes). A probe only finds a dead instance of a
             model with several when it lands on it, and under load client requests keep that
             instance busy (each fails after ~1 s), so probes alone can take many seconds.
+        call_timeout_s: deadline of each repository index and config read, seconds (tried
+            once more when missed: :func:`twice_on_deadline`), whatever ``repo``'s own is.
+        reload_timeout_s: deadline of one reload, seconds; a reload that misses it is
+            abandoned and reported as failed (with backoff), and not sent again while it has
+            not returned.
     """
 
     def __init__(
@@ -184,16 +218,26 @@ class Healer:
         backoff_s: float = 5.0,
         max_backoff_s: float = 300.0,
         dead_instances: Callable[[], Iterable[str]] | None = None,
+        call_timeout_s: float = 10.0,
+        reload_timeout_s: float = 120.0,
     ) -> None:
         self.repo = repo
         self.models = tuple(models)
-        self.conn = conn or repo.connection
+        self._conn = conn
         self.probe_rounds = max(1, probe_rounds)
         self.max_attempts = max(1, max_attempts)
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.dead_instances = dead_instances
+        self.call_timeout_s = call_timeout_s
+        self.reload_timeout_s = reload_timeout_s
         self._attempts: dict[str, _Attempts] = {}
+        self._pass_loaded: set[str] | None = None  # the index's READY models, this pass
+
+    @property
+    def conn(self) -> TritonConnection:
+        """The probes' connection: the one given, else the repository client's current one."""
+        return self._conn or self.repo.connection
 
     def probe_all(self, models: Iterable[str] | None = None) -> dict[str, str]:
         """Served model -> error, for each of ``models`` (default all) that cannot serve."""
@@ -209,7 +253,7 @@ class Healer:
         named = [m for m in dead_stub_models(error) if m in loaded]
         if named:
             return named
-        if "stub" in error.lower() and model in loaded and runs_in_stubs(self.repo.config(model)):
+        if "stub" in error.lower() and model in loaded and runs_in_stubs(self._config(model)):
             return [model]
         return []
 
@@ -225,6 +269,7 @@ class Healer:
             ServerUnreachable: the server does not answer.
         """
         detected_at = time.monotonic()
+        self._pass_loaded = None
         report = HealReport(self.models, self.probe_all())
         report.failing = dict(report.detected)
         handled: set[str] = set()
@@ -236,6 +281,7 @@ class Healer:
                 break
             handled |= set(plan)
             steps = [self._restore(step, *plan[step]) for step in plan]
+            self._pass_loaded = None  # the reloads changed the index
             retried = {m for s in steps if s.reload_s is not None for m in s.served}
             after = self.probe_all(retried) if retried else {}
             for model in retried:
@@ -267,16 +313,28 @@ class Healer:
             stop.wait(interval_s)
 
     def loaded_models(self) -> set[str]:
-        """Models with a READY version (the repository index), the steps it may reload.
+        """Models with a READY version (the repository index), the steps it may reload; read
+        within ``call_timeout_s`` (tried twice).
 
         Raises:
             ClientError: the repository index cannot be read.
         """
-        return self._loaded()
+        rows = twice_on_deadline(lambda: self.repo.index(self.call_timeout_s))
+        return {r.name for r in rows if r.state == "READY"}
 
     def _loaded(self) -> set[str]:
-        """Models with a READY version (the repository index)."""
-        return {r.name for r in self.repo.index() if r.state == "READY"}
+        """:meth:`loaded_models`, read once per pass (and again after its reloads)."""
+        if self._pass_loaded is None:
+            self._pass_loaded = self.loaded_models()
+        return self._pass_loaded
+
+    def _config(self, model: str) -> dict[str, Any]:
+        """The loaded ``model``'s config, read within ``call_timeout_s`` (tried twice).
+
+        Raises:
+            ClientError: not loaded, or no answer.
+        """
+        return twice_on_deadline(lambda: self.repo.config(model, self.call_timeout_s))
 
     def _plan(
         self, report: HealReport, handled: set[str]
@@ -310,7 +368,12 @@ class Healer:
         none does (a model called through BLS)."""
         users = []
         for model in self.models:
-            config = self.repo.config(model)
+            try:
+                config = self._config(model)
+            except ServerUnreachable:
+                raise
+            except ClientError:
+                continue  # not loaded (or not answering): it cannot be one to probe again
             steps = config.get("ensemble_scheduling", {}).get("step", [])
             if model == step or any(s.get("model_name") == step for s in steps):
                 users.append(model)
@@ -326,6 +389,14 @@ class Healer:
         if now < attempts.next_at:
             detail = f"next reload in {attempts.next_at - now:.0f} s; {cause}"
             return StepReport(step, served, cause, "backing off", attempts.count, detail=detail)
+        abandoned = self.repo.abandoned_s(step)
+        if abandoned is not None:
+            detail = (
+                f"its reload did not return within {self.reload_timeout_s:.0f} s "
+                f"({abandoned:.0f} s ago) and Triton cannot cancel it; not sending another "
+                "behind it: load it by hand once it is fixed, or restart the server"
+            )
+            return StepReport(step, served, cause, "gave up", attempts.count, detail=detail)
         attempts.count += 1
         start = time.monotonic()
         try:
@@ -356,12 +427,13 @@ class Healer:
         (fresh instances, swapped in by Triton; the override stays until an unload).
 
         Raises:
+            ControlTimeout: the load did not return within ``reload_timeout_s`` (abandoned).
             ClientError: Triton refused or the load failed.
         """
-        config = self.repo.config(step)
+        config = self._config(step)
         parameters = config.setdefault("parameters", {})
         parameters[RESTART_PARAMETER] = {"string_value": str(time.time_ns())}
-        self.repo.load(step, config)
+        self.repo.load(step, config, timeout_s=self.reload_timeout_s)
 
     def _fail(self, step: str) -> None:
         """Count a failed attempt: the next one waits backoff_s * 2**(failures - 1) seconds."""

@@ -1,7 +1,11 @@
-"""Liveness and readiness checks that mean something: a real inference on each ensemble.
+"""Liveness and readiness checks that mean something: a real inference on each served model.
 
 Liveness is the server answering (``GET /v2/health/live``). Readiness is "can serve": each
-model this deployment serves is READY and answers a probe inference whose output is checked.
+model this deployment serves is READY and answers a probe inference whose output is checked:
+the built-in probe of a shipped ensemble, or the probe a model declares in its config
+(:mod:`tritonrepo_client.probe_declaration`); a model with neither is reported "ready, not
+probed", never "answering". With a repository client, models that are not served but stuck
+LOADING or failed to load are reported as warnings.
 Triton's own server readiness (``GET /v2/health/ready``) is not used: with
 ``--strict-readiness=true`` (Triton's default, the container's) any unrelated model that fails
 to load turns it false, and a model can be READY while it cannot serve (a stub that died).
@@ -15,21 +19,31 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tritonrepo_client.connection import ClientError, TritonConnection
+from tritonrepo_client.health_index import index_states, read_index, repository_findings
+from tritonrepo_client.probe_declaration import PROBE_PARAMETER, declared_probe
+
+if TYPE_CHECKING:
+    from tritonrepo_client.repository import ModelVersionState, RepositoryClient
 
 DEFAULT_MODELS = ("text_embedding", "ctr_ranking", "ctr_session", "image_classification")
+# Seconds a health check waits for the repository index (Triton holds it during a load).
+INDEX_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
 class Check:
-    """One check's outcome; ``detail`` says what was seen."""
+    """One check's outcome; ``detail`` says what was seen. ``warning``: a finding that does
+    not fail the verdict (``ok`` stays True), e.g. a model that is not served stuck LOADING."""
 
     name: str
     ok: bool
     detail: str
+    warning: bool = False
 
 
 def probe_text_embedding(conn: TritonConnection, model: str) -> str:
@@ -151,7 +165,9 @@ def probe_image_classification(conn: TritonConnection, model: str) -> str:
     return f"3 classes, top '{top}' {row[0]:.4f}"
 
 
-# Probe inference per model name; models without one are checked for readiness only.
+# Built-in probe inference per model name (the shipped ensembles). Any model may declare its own
+# in its config (:mod:`tritonrepo_client.probe_declaration`), which takes precedence; a model
+# with neither is reported "ready, not probed".
 PROBES: dict[str, Callable[[TritonConnection, str], str]] = {
     "text_embedding": probe_text_embedding,
     "ctr_ranking": probe_ctr_ranking,
@@ -159,29 +175,73 @@ PROBES: dict[str, Callable[[TritonConnection, str], str]] = {
     "image_classification": probe_image_classification,
 }
 
+NOT_PROBED = (
+    "ready, not probed: it declares no probe (config parameter "
+    f"{PROBE_PARAMETER}: docs/operations/health.md), so no inference was sent"
+)
+
+
+def probe_for(conn: TritonConnection, model: str) -> Callable[[TritonConnection, str], str] | None:
+    """The probe of ``model``: the one its config declares (parameter ``tritonrepo_probe``,
+    read through the model-config endpoint), else the built-in one (:data:`PROBES`), else
+    None.
+
+    Raises:
+        InvalidProbe: the declared probe is malformed.
+        ClientError: the config cannot be read.
+    """
+    declared = declared_probe(conn.model_config(model), model)
+    return declared if declared is not None else PROBES.get(model)
+
 
 def check_health(
-    conn: TritonConnection, models: Sequence[str] = DEFAULT_MODELS, live_only: bool = False
+    conn: TritonConnection,
+    models: Sequence[str] = DEFAULT_MODELS,
+    live_only: bool = False,
+    repository: RepositoryClient | None = None,
+    index_timeout_s: float = INDEX_TIMEOUT_S,
 ) -> list[Check]:
     """Liveness, then every model's readiness and probe inference; one failing model does not
     stop the checks of the others.
 
     Args:
         conn: connection to the server.
-        models: the models this deployment serves: each is checked for READY and, where a probe
-            is known (``PROBES``), with a probe inference.
+        models: the models this deployment serves: each is checked for READY and, where it has
+            a probe (:func:`probe_for`), with a probe inference; one without is reported
+            "ready, not probed".
         live_only: only the liveness check (the process answers).
+        repository: a client of the model-repository API (with the key); when given, the
+            repository index is read before and after the model checks, and every other model
+            stuck LOADING (in both reads) or UNAVAILABLE with a reason other than "unloaded"
+            gets a warning (``Check.warning``; it does not fail the verdict), and a served
+            model that is not READY gets its index state in its detail. Triton answers the
+            index only between loads (a load through the load API holds it), so an index that
+            does not answer within ``index_timeout_s`` seconds is reported as a load running
+            at least that long (a model stuck LOADING), also as a warning.
+        index_timeout_s: seconds to wait for each index read.
 
     Returns:
         ``live``, then ``ready`` (all models serve; Triton's server readiness is only mentioned
-        when it disagrees), then ``<model> ready`` and ``<model> inference`` per model; all
+        when it disagrees), then ``<model> ready`` and ``<model> inference`` per model (no
+        inference check for a model without a probe), then ``<model> state`` warnings; all
         ``ok`` means healthy. Only ``live`` when the server is not live.
     """
     live = _run("live", lambda: _state(conn.server_live(), "server", "live"))
     if not live.ok or live_only:
         return [live]
-    per_model = [check for model in models for check in _model_checks(conn, model)]
-    return [live, _summary(conn, models, per_model), *per_model]
+    started = time.monotonic()
+    before, index_error = read_index(repository, index_timeout_s)
+    per_model = [check for model in models for check in _model_checks(conn, model, before)]
+    after, later_error = (
+        read_index(repository, index_timeout_s) if before is not None else (None, None)
+    )
+    findings = [
+        Check(name, True, detail, warning=True)
+        for name, detail in repository_findings(
+            before, after, index_error or later_error, set(models), time.monotonic() - started
+        )
+    ]
+    return [live, _summary(conn, models, per_model), *per_model, *findings]
 
 
 def _run(name: str, fn: Callable[[], tuple[bool, str]]) -> Check:
@@ -211,13 +271,22 @@ def is_overload(error: str) -> bool:
     return any(marker in error for marker in OVERLOAD_MARKERS)
 
 
-def _model_checks(conn: TritonConnection, model: str) -> list[Check]:
+def _model_checks(
+    conn: TritonConnection, model: str, index: list[ModelVersionState] | None
+) -> list[Check]:
     """``<model> ready``, then ``<model> inference`` when it is READY and has a probe. A probe
-    that Triton refuses for overload (:func:`is_overload`) passes as ``busy``."""
+    that Triton refuses for overload (:func:`is_overload`) passes as ``busy``; a model without
+    a probe passes ``ready`` with the words "ready, not probed"."""
     ready = _run(f"{model} ready", lambda: _state(conn.model_ready(model), "model", "READY"))
-    probe = PROBES.get(model)
-    if not ready.ok or probe is None:
-        return [ready]
+    if not ready.ok:
+        states = index_states(index, model)
+        return [Check(ready.name, False, f"{ready.detail} ({states})" if states else ready.detail)]
+    try:
+        probe = probe_for(conn, model)
+    except ClientError as exc:
+        return [ready, Check(f"{model} inference", False, f"no probe sent: {exc}")]
+    if probe is None:
+        return [Check(ready.name, True, f"{ready.detail}; {NOT_PROBED}")]
 
     def infer() -> tuple[bool, str]:
         try:
@@ -231,11 +300,24 @@ def _model_checks(conn: TritonConnection, model: str) -> list[Check]:
 
 
 def _summary(conn: TritonConnection, models: Sequence[str], checks: list[Check]) -> Check:
-    """``ready``: every served model passed its checks."""
+    """``ready``: every served model passed its checks; says how many answered a probe."""
     failing = list(dict.fromkeys(c.name.rsplit(" ", 1)[0] for c in checks if not c.ok))
     if failing:
         return Check("ready", False, f"cannot serve: {', '.join(failing)}")
-    detail = f"all {len(models)} served models READY and answering"
+    probed = {c.name.rsplit(" ", 1)[0] for c in checks if c.name.endswith(" inference")}
+    unprobed = [m for m in models if m not in probed]
+    if not unprobed:
+        detail = f"all {len(models)} served models READY and answering"
+    elif not probed:
+        detail = (
+            f"all {len(models)} served models READY, not probed ({', '.join(unprobed)}): "
+            "no inference was sent"
+        )
+    else:
+        detail = (
+            f"all {len(models)} served models READY; {len(probed)} answering a probe, "
+            f"{len(unprobed)} ready, not probed ({', '.join(unprobed)})"
+        )
     try:
         if not conn.server_ready():
             detail += " (Triton's /v2/health/ready says not ready: another model failed; ignored)"

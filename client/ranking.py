@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Hashable, Iterable, Iterator, Sequence
@@ -11,7 +12,7 @@ from typing import TextIO
 
 import numpy as np
 
-from tritonrepo_client.connection import ModelClient, TritonConnection
+from tritonrepo_client.connection import ClientError, ModelClient, TritonConnection
 from tritonrepo_client.validation import check_correlation_id
 
 
@@ -111,6 +112,10 @@ class SessionEvents:
         """
         if self.ended:
             raise RuntimeError(f"session {self.correlation_id!r} has ended")
+        if not _is_id(item_id):
+            raise ValueError(
+                f"item_id must be an integer item id, got {item_id!r} ({type(item_id).__name__})"
+            )
         inputs = {
             "ITEM_ID": np.array([item_id], dtype=np.int64),
             "CANDIDATES": _ids(candidates, "candidates"),
@@ -269,26 +274,114 @@ class SessionClient(ModelClient):
         """Send ``events`` (``{"item_id": int, "candidates": [int, ...]}``) as one session,
         START with the first and END with the last; yields each event with its ranking.
 
+        No session is left open on the server when the replay stops early: each event is
+        checked (:func:`check_event`) before the one ahead of it is sent, so when event k is
+        invalid, or ``events`` itself raises ValueError while producing it (e.g. a bad line of
+        a stream), event k-1 is sent with END and the error is raised after it is yielded;
+        when the server rejects an event, the last event it accepted is sent again with END
+        (its answer is dropped) and the error is raised.
+
         Raises:
-            ValueError: an event lacks ``item_id`` or ``candidates``.
+            ValueError: an event is not ``{"item_id": int, "candidates": [int, ...]}`` (the
+                message names the event and the field); nothing is sent when it is the first.
             ClientError: the server rejected an event (the replay stops there).
         """
         session = self.session(correlation_id)
         items = iter(events)
-        current = next(items, None)
+        first = next(items, None)
+        if first is None:
+            return
+        current: tuple[dict, int, list[int]] | None = (first, *check_event(first, "event 1"))
+        number = 1
+        sent: tuple[int, list[int]] | None = None  # the last event the server accepted
         while current is not None:
-            following = next(items, None)
-            if "item_id" not in current or "candidates" not in current:
-                raise ValueError(f"event needs 'item_id' and 'candidates': {current}")
-            ranking = session.send(
-                int(current["item_id"]), current["candidates"], end=following is None
+            event, item_id, candidates = current
+            stop: ValueError | None = None
+            try:
+                ahead = next(items, None)
+                following = (
+                    None if ahead is None else (ahead, *check_event(ahead, f"event {number + 1}"))
+                )
+            except ValueError as exc:
+                stop, following = exc, None
+            try:
+                ranking = session.send(item_id, candidates, end=following is None)
+            except ClientError:
+                if sent is not None and not session.ended:
+                    with contextlib.suppress(ClientError):
+                        session.send(*sent, end=True)  # end the open session on the server
+                raise
+            sent = (item_id, candidates)
+            yield event, ranking
+            if stop is not None:
+                raise ValueError(f"{stop} (the session was ended with the event before it)")
+            current, number = following, number + 1
+
+
+def check_event(event: object, where: str = "event") -> tuple[int, list[int]]:
+    """``(item_id, candidates)`` of one session event ``{"item_id": int, "candidates":
+    [int, ...]}``; ``where`` names it in errors (e.g. ``"line 3"``).
+
+    Raises:
+        ValueError: not a JSON object, a missing field, or a field that is not an integer id
+            (a list of them for ``candidates``); the message names ``where`` and the field.
+    """
+    if not isinstance(event, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(event).__name__}")
+    for field in ("item_id", "candidates"):
+        if field not in event:
+            raise ValueError(
+                f"{where}: missing field '{field}' (an event is "
+                '{"item_id": N, "candidates": [N, ...]})'
             )
-            yield current, ranking
-            current = following
+    item_id = event["item_id"]
+    if not _is_id(item_id):
+        raise ValueError(
+            f"{where}: field 'item_id' must be an integer item id, got {item_id!r} "
+            f"({type(item_id).__name__})"
+        )
+    candidates = event["candidates"]
+    if not isinstance(candidates, list | tuple | np.ndarray):
+        raise ValueError(
+            f"{where}: field 'candidates' must be a list of integer item ids, got "
+            f"{candidates!r:.60} ({type(candidates).__name__})"
+        )
+    for i, candidate in enumerate(candidates):
+        if not _is_id(candidate):
+            raise ValueError(
+                f"{where}: field 'candidates' item {i} must be an integer item id, got "
+                f"{candidate!r} ({type(candidate).__name__})"
+            )
+    return int(item_id), [int(c) for c in candidates]
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
 def read_events(stream: TextIO) -> Iterator[dict]:
     """Session events from JSON lines (blank lines and ``#`` comments skipped).
+
+    Raises:
+        ValueError: a line is not a JSON object (the message gives its number).
+    """
+    for _number, event in read_numbered_events(stream):
+        yield event
+
+
+def read_checked_events(stream: TextIO) -> Iterator[dict]:
+    """:func:`read_events`, each event checked (:func:`check_event`) as it is read.
+
+    Raises:
+        ValueError: a line is not a valid event (the message gives its number and field).
+    """
+    for number, event in read_numbered_events(stream):
+        check_event(event, f"line {number}")
+        yield event
+
+
+def read_numbered_events(stream: TextIO) -> Iterator[tuple[int, dict]]:
+    """``(line number, event)`` from JSON lines (blank lines and ``#`` comments skipped).
 
     Raises:
         ValueError: a line is not a JSON object (the message gives its number).
@@ -303,4 +396,4 @@ def read_events(stream: TextIO) -> Iterator[dict]:
             raise ValueError(f"line {number}: not JSON ({exc.msg})") from None
         if not isinstance(event, dict):
             raise ValueError(f"line {number}: expected a JSON object")
-        yield event
+        yield number, event

@@ -51,8 +51,14 @@ class RepositoryClient:
             (``$TRITONREPO_REPOSITORY_KEY``, ``$TRITONREPO_REPOSITORY_KEY_FILE``,
             ``build/repository.key``); ``""`` sends none.
         timeout_s: deadline of each call, seconds, loads and unloads included (they are run
-            on a worker thread and abandoned when it passes: :class:`ControlTimeout`).
+            on a worker thread and abandoned when it passes: :class:`ControlTimeout`); index
+            and config calls take a shorter one of their own where given.
         tls: gRPC over TLS (:class:`tritonrepo_client.connection.GrpcTls`).
+
+    Triton 2.51 runs an HTTP load on the frontend thread that serves its connection, so a load
+    that never returns (a Python model without model.py) leaves that thread blocked, and the
+    keep-alive connections it serves stop answering any request: bounded calls (``timeout_s``)
+    end such a wait, and the next call opens a fresh connection, which is served elsewhere.
     """
 
     def __init__(
@@ -67,6 +73,9 @@ class RepositoryClient:
         self.protocol = protocol
         self.timeout_s = timeout_s
         self._tls = tls
+        # model -> time.monotonic() when a load or unload of it was abandoned at its deadline.
+        self._abandoned: dict[str, float] = {}
+        self._last_rows: list[ModelVersionState] = []  # what _state_line last read
         self.key = repository_key.resolve_key() if key is None else key
         self.headers = repository_key.headers(self.key, protocol)
 
@@ -74,12 +83,18 @@ class RepositoryClient:
     def _client(self) -> Any:
         return self.connection.client
 
-    def _call(self, what: str, fn: Callable[[], T], conn: TritonConnection | None = None) -> T:
-        """:meth:`TritonConnection.call` (on ``conn``, default this client's connection), saying
-        whether a refused key was missing or wrong (Triton's own message names the expected
-        header in both cases)."""
+    def _call(
+        self,
+        what: str,
+        fn: Callable[[], T],
+        conn: TritonConnection | None = None,
+        timeout_s: float | None = None,
+    ) -> T:
+        """:meth:`TritonConnection.call` (on ``conn``, default this client's connection; HTTP
+        calls end after ``timeout_s`` seconds when given), saying whether a refused key was
+        missing or wrong (Triton's own message names the expected header in both cases)."""
         try:
-            return (conn or self.connection).call(what, fn)
+            return (conn or self.connection).call(what, fn, timeout_s=timeout_s)
         except ServerUnreachable:
             raise
         except ClientError as exc:
@@ -94,18 +109,29 @@ class RepositoryClient:
                 )
             raise ClientError(f"{what} refused: {hint}; Triton: {exc}") from None
 
-    def index(self) -> list[ModelVersionState]:
+    def index(self, timeout_s: float | None = None) -> list[ModelVersionState]:
         """Every model of the repository with each known version's state (READY, UNLOADING,
-        UNAVAILABLE, ...) and the reason Triton gives for a non-READY one."""
+        UNAVAILABLE, ...) and the reason Triton gives for a non-READY one.
+
+        Args:
+            timeout_s: deadline, seconds (default: the client's ``timeout_s``).
+
+        Raises:
+            DeadlineExceeded: no answer within the deadline.
+            ClientError: Triton refused (e.g. missing key).
+        """
         if self.protocol == "http":
             rows = self._call(
                 "repository index",
                 lambda: self._client.get_model_repository_index(headers=self.headers),
+                timeout_s=timeout_s,
             )
         else:
             rows = self._call(
                 "repository index",
-                lambda: self._client.get_model_repository_index(headers=self.headers, as_json=True),
+                lambda: self._client.get_model_repository_index(
+                    headers=self.headers, as_json=True, client_timeout=timeout_s
+                ),
             ).get("models", [])
         return [
             ModelVersionState(
@@ -122,9 +148,40 @@ class RepositoryClient:
             if row.name == model and row.state in states and row.version
         )
 
-    def config(self, model: str) -> dict[str, Any]:
-        """The loaded model's effective configuration (ModelConfig JSON field names)."""
-        return self.connection.model_config(model)
+    def config(self, model: str, timeout_s: float | None = None) -> dict[str, Any]:
+        """The loaded model's effective configuration (ModelConfig JSON field names).
+
+        Args:
+            timeout_s: deadline, seconds (default: the client's ``timeout_s``).
+
+        Raises:
+            DeadlineExceeded: no answer within the deadline.
+            ClientError: the model is not loaded, or the call failed.
+        """
+        if timeout_s is None:
+            return self.connection.model_config(model)
+        if self.protocol == "http":
+            return self._call(
+                f"config of {model}",
+                lambda: self._client.get_model_config(model),
+                timeout_s=timeout_s,
+            )
+        return self._call(
+            f"config of {model}",
+            lambda: self._client.get_model_config(model, as_json=True, client_timeout=timeout_s),
+        )["config"]
+
+    def states(self, model: str, timeout_s: float | None = None) -> list[ModelVersionState]:
+        """The index rows of ``model`` ([] when Triton does not list it)."""
+        return [r for r in self.index(timeout_s) if r.name == model]
+
+    def abandoned_s(self, model: str) -> float | None:
+        """Seconds since this client abandoned a load or unload of ``model`` at its deadline
+        (:class:`ControlTimeout`), None if none was since its last one that returned. Triton
+        may still be working on it: it has no way to cancel a load, and a second load of the
+        model waits behind the first (holding one more of its HTTP frontend threads)."""
+        since = self._abandoned.get(model)
+        return None if since is None else time.monotonic() - since
 
     def load(
         self,
@@ -148,7 +205,8 @@ class RepositoryClient:
             InvalidOverride: ``config`` does not parse into ModelConfig, or a Python model's
                 uploaded version lacks model.py.
             ControlTimeout: not finished within the deadline (the message gives its state).
-            ClientError: Triton refused or the load failed (its message says why).
+            ClientError: Triton refused or the load failed (its message says why, followed by
+                what the repository index says of the model: the reason of a failed version).
             ValueError: ``files`` without ``config`` (Triton requires both).
         """
         if files and config is None:
@@ -157,14 +215,25 @@ class RepositoryClient:
             check_config(config, f"config override of {model}")
             check_files(config, files or {}, f"override files of {model}")
         payload = json.dumps(config) if config is not None else None
-        self._with_deadline(
-            f"load {model}",
-            model,
-            timeout_s,
-            lambda client: client.load_model(
-                model, headers=self.headers, config=payload, files=files
-            ),
-        )
+        try:
+            self._with_deadline(
+                f"load {model}",
+                model,
+                timeout_s,
+                lambda client: client.load_model(
+                    model, headers=self.headers, config=payload, files=files
+                ),
+            )
+        except (ControlTimeout, ServerUnreachable):
+            raise
+        except ClientError as exc:
+            if "is restricted" in str(exc) or "refused:" in str(exc):
+                raise
+            detail = self._state_line(model)
+            reasons = [r.reason for r in self._last_rows if r.reason]
+            if reasons and all(reason in str(exc) for reason in reasons):
+                raise  # Triton's message already gives the index's reasons
+            raise type(exc)(f"{exc}; {detail}") from None
 
     def unload(self, model: str, dependents: bool = False, timeout_s: float | None = None) -> None:
         """Unload ``model`` (and, with ``dependents``, the models it uses, e.g. ensemble steps).
@@ -209,20 +278,36 @@ class RepositoryClient:
         worker.start()
         worker.join(deadline)
         if "error" not in outcome:
+            self._abandoned[model] = time.monotonic()
+            # This client's keep-alive connection may be served by the frontend thread the
+            # abandoned call blocks (see the class docstring): answers come on a new one. The
+            # old one is not closed under a thread that may be using it; its sockets close
+            # when it is collected.
+            self.connection = TritonConnection(
+                self.connection.url, self.protocol, self.timeout_s, self._tls
+            )
             raise ControlTimeout(
                 f"{what} did not finish within {deadline:.0f} s; {self._state_line(model)}"
             )
+        self._abandoned.pop(model, None)
         if outcome["error"] is not None:
             raise outcome["error"]
 
     def _state_line(self, model: str) -> str:
         """What the index says of ``model`` now, e.g. "Triton reports x version 1: LOADING"."""
+        self._last_rows = []
         try:
-            rows = [r for r in self.index() if r.name == model]
+            rows = self._last_rows = self.states(model, min(self.timeout_s, 30.0))
         except ClientError as exc:
             return f"its state is unknown ({exc})"
         if not rows:
-            return f"Triton does not list {model} in its repository index"
+            return f"Triton does not list {model} in its repository index (no such model folder)"
+        if all(not r.version and not r.state for r in rows):
+            return (
+                f"Triton lists {model} but could not read its config (its log says 'Poll failed "
+                f"for model directory'); `python -m tritonrepo.preflight --model {model}` on the "
+                "server's repository names the file, line and column"
+            )
         states = "; ".join(
             f"version {r.version or '-'}: {r.state or 'unknown'}"
             + (f" ({r.reason})" if r.reason else "")

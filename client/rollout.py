@@ -218,11 +218,19 @@ def rollout(
         A report of the rollout.
 
     Raises:
-        RolloutError: nothing to do, or a step failed (the previous config has been restored).
+        RolloutError: an unknown model (the closest names in the server's index suggested),
+            nothing to do, or a step failed (the previous config has been restored).
     """
     start = time.monotonic()
-    serving = repo.versions(model)
+    index = repo.index()
+    serving = sorted(int(r.version) for r in index if r.name == model and r.state == "READY")
     if not serving:
+        names = sorted({r.name for r in index})
+        if model not in names:
+            from tritonrepo_client.load_checks import unknown_model
+
+            refusal = unknown_model(model, names, "the server's repository index")
+            raise RolloutError(str(refusal))
         raise RolloutError(f"model '{model}' has no READY version; load it first")
     if serving == [version]:
         raise RolloutError(f"model '{model}' already serves version {version} alone")

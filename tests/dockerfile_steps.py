@@ -1,6 +1,6 @@
 """Reading docker/Dockerfile* without a Docker engine: instructions, shell pipelines, the
 ``pip install`` steps, the files COPY puts in the image, and running a step as a
-``pip install --dry-run`` for the image's Python (CPython 3.10, manylinux x86_64).
+``pip install --dry-run`` for the image's Python (CPython 3.12, manylinux x86_64).
 
 Used by tests/test_containers.py; tested there too.
 """
@@ -28,15 +28,15 @@ REQUIREMENTS = REPO_ROOT / "requirements.txt"
 COMPOSE_FILE = DOCKER_DIR / "compose.yaml"
 ENTRYPOINT = DOCKER_DIR / "entrypoint.sh"
 
-# The images' Python: NGC 24.10 (tritonserver and tensorrt) is Ubuntu 22.04, CPython 3.10.12,
-# glibc 2.35, x86_64. Environment markers are evaluated for it (pip evaluates them for the
-# Python running pip, hence a real 3.10 when there is one, and the rewrite in the stand-in).
-TARGET_PYTHON = "3.10"
+# The images' Python: NGC 26.05 (tritonserver and tensorrt) is Ubuntu 24.04, CPython 3.12.3,
+# glibc 2.39, x86_64. Environment markers are evaluated for it (pip evaluates them for the
+# Python running pip, hence a real 3.12 when there is one, and the rewrite in the stand-in).
+TARGET_PYTHON = "3.12"
 TARGET_MARKERS = {
-    "python_version": "3.10",
-    "python_full_version": "3.10.12",
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
     "implementation_name": "cpython",
-    "implementation_version": "3.10.12",
+    "implementation_version": "3.12.3",
     "platform_python_implementation": "CPython",
     "sys_platform": "linux",
     "platform_system": "Linux",
@@ -44,7 +44,7 @@ TARGET_MARKERS = {
     "os_name": "posix",
 }
 TARGET_PLATFORMS = [
-    *(f"manylinux_2_{minor}_x86_64" for minor in range(35, 16, -1)),
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(39, 16, -1)),
     "manylinux2014_x86_64",
     "manylinux2010_x86_64",
     "manylinux1_x86_64",
@@ -203,17 +203,19 @@ def lay_out_image(step: PipStep, root: Path) -> Path:
 # --- pip for the image's Python ---------------------------------------------------------------
 
 
-def python_310() -> str:
-    """A CPython 3.10 with pip on this machine (pyenv's, when installed), else this Python:
-    pip then evaluates the environment markers of dependencies for this Python instead."""
+def target_python() -> str:
+    """A CPython ``TARGET_PYTHON`` with pip on this machine (pyenv's, when installed), else this
+    Python: pip then evaluates the environment markers of dependencies for this Python instead."""
     pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    candidates = [shutil.which("python3.10"), *sorted(pyenv.glob("versions/3.10*/bin/python3.10"))]
+    exe = f"python{TARGET_PYTHON}"
+    candidates = [shutil.which(exe), *sorted(pyenv.glob(f"versions/{TARGET_PYTHON}*/bin/{exe}"))]
+    probe_code = "import sys, pip; print('%d.%d.' % sys.version_info[:2])"
     for candidate in filter(None, candidates):
         probe = subprocess.run(
-            [str(candidate), "-c", "import sys, pip; print(sys.version_info[:2] == (3, 10))"],
+            [str(candidate), "-c", probe_code],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
-        if probe.stdout.strip() == "True":
+        if probe.stdout.strip() == f"{TARGET_PYTHON}.":
             return str(candidate)
     return sys.executable
 
@@ -304,7 +306,7 @@ def run_pip_step(step: PipStep, tmp: Path) -> Resolution:
         d.mkdir(parents=True)
     config = {
         "real_python": sys.executable,
-        "pip_python": python_310(),
+        "pip_python": target_python(),
         "markers": TARGET_MARKERS,
         "work": str(work),
         "reports": str(reports),

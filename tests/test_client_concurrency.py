@@ -27,6 +27,7 @@ from tritonrepo_client.errors import (
     DeadlineExceeded,
     RequestRejected,
     ServerUnreachable,
+    WrongProtocol,
 )
 from tritonrepo_client.retry import RetryPolicy
 
@@ -263,3 +264,43 @@ def test_backoff_delays_are_bounded_and_jittered():
         assert len(delays) == 5
         assert all(0 <= d <= b for d, b in zip(delays, bounds, strict=True))
     assert len({tuple(d) for d in runs}) > 1, "delays must be jittered"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_asyncio_embed_refuses_a_bare_text_and_non_text_items(triton_server, protocol):
+    """The asyncio client used to embed "hello" as 5 texts, one per character."""
+    url = triton_server.options.url(protocol)
+
+    async def main() -> np.ndarray:
+        async with AsyncEmbeddingClient(url, protocol) as client:
+            with pytest.raises(ValueError, match=r"got one str \('hello'\): pass \[text\]"):
+                await client.embed("hello")
+            with pytest.raises(ValueError, match=r"item 1 is int 2, not str or bytes"):
+                await client.embed(["one", 2])
+            return await client.embed(["hello"])
+
+    assert asyncio.run(asyncio.wait_for(main(), DEADLINE_S)).shape == (1, 384)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_other_protocols_port_is_named_with_the_fix(triton_server, protocol):
+    """An HTTP client at the gRPC port used to fail with HTTPParseError ('Expected HTTP/', 8)
+    (aiohttp: "Bad status line"); a gRPC client at the HTTP port with an HTTP/2 parse error.
+    Both now say which port it is and what to use instead, without retrying."""
+    other = "grpc" if protocol == "http" else "http"
+    wrong_url = triton_server.options.url(other)
+    fix = f"--protocol {other}"
+    with (
+        EmbeddingClient(wrong_url, protocol, timeout_s=10) as client,
+        pytest.raises(WrongProtocol, match=f"does not speak {protocol}: .*{fix}") as info,
+    ):
+        client.embed(["x"])
+    assert info.value.attempts == 1 and info.value.kind == "protocol"
+    assert {"http": "Triton's gRPC port", "grpc": "Triton's HTTP port"}[protocol] in str(info.value)
+
+    async def aio() -> None:
+        async with AsyncEmbeddingClient(wrong_url, protocol, timeout_s=10) as client:
+            await client.embed(["x"])
+
+    with pytest.raises(WrongProtocol, match=f"does not speak {protocol}: .*{fix}"):
+        asyncio.run(asyncio.wait_for(aio(), DEADLINE_S))

@@ -69,9 +69,10 @@ def _published(port: str | dict) -> tuple[str, int]:
 
 
 def test_compose_ports_on_loopback_only(triton: dict) -> None:
-    """HTTP, gRPC and metrics are published on the host's 127.0.0.1 only."""
+    """gRPC and metrics are published on the host's 127.0.0.1 only; HTTP only through the
+    HTTP guard (tests/test_http_guard.py)."""
     published = [_published(p) for p in triton["ports"]]
-    assert {port for _, port in published} == {8000, 8001, 8002}
+    assert {port for _, port in published} == {8001, 8002}
     assert all(host == "127.0.0.1" for host, _ in published), published
 
 
@@ -296,16 +297,16 @@ def test_container_runs_unprivileged_on_a_read_only_root(triton: dict) -> None:
 
 
 def test_https_proxy_terminates_tls_in_front_of_the_http_endpoint(compose: dict) -> None:
-    """The "tls" profile's nginx listens with TLS and forwards to Triton's HTTP port."""
+    """The "tls" profile's nginx listens with TLS and forwards to the HTTP guard."""
     proxy = compose["services"]["https"]
-    assert proxy["profiles"] == ["tls"] and proxy["depends_on"] == ["triton"]
+    assert proxy["profiles"] == ["tls"] and proxy["depends_on"] == ["http-guard"]
     assert all(str(p).startswith("127.0.0.1:") for p in proxy["ports"])
     assert {m["target"]: m["read_only"] for m in proxy["volumes"]} == {
         "/etc/nginx/nginx.conf": True,
         "/etc/nginx/tls": True,
     }
     conf = (DOCKER_DIR / "nginx.conf").read_text()
-    assert "listen 8443 ssl;" in conf and "proxy_pass http://triton:8000;" in conf
+    assert "listen 8443 ssl;" in conf and "proxy_pass http://http-guard:8000;" in conf
     assert "ssl_protocols TLSv1.2 TLSv1.3;" in conf
 
 

@@ -24,7 +24,7 @@ from tests.test_faults import Load, embedding_call, matches
 from tests.test_faults import embed as embed_once
 from tritonrepo.model_config import load_config
 from tritonrepo.paths import MODEL_REPOSITORY
-from tritonrepo_client import RankingClient, RepositoryClient
+from tritonrepo_client import RankingClient, RepositoryClient, TritonConnection, rollback, rollout
 from tritonrepo_client.config_sets import (
     CONFIG_SET_PARAMETER,
     ConfigSwitchError,
@@ -33,6 +33,7 @@ from tritonrepo_client.config_sets import (
     switch_config_set,
     target_config,
 )
+from tritonrepo_client.rollout import previous_version
 
 # The models of the switch: text_embedding's steps and the CTR models (the image models are
 # left out of the test's repository folder, so the command leaves them alone).
@@ -190,3 +191,41 @@ def test_interface_change_names_the_tensor() -> None:
 def test_a_set_no_model_has_is_refused_before_anything_is_sent() -> None:
     with pytest.raises(ConfigSwitchError, match=r"no config set 'cpuu'.*\(sets: default, cpu, "):
         switch_config_set(None, None, MODEL_REPOSITORY, "cpuu", [])  # type: ignore[arg-type]
+
+
+@pytest.mark.server
+def test_cpu_fallback_after_a_rollback_loads_no_rolled_back_version(control_server, tmp_path):
+    """rollout 1 -> 2, rollback, then ``configs use cpu``: only version 1 may serve afterwards.
+    After the rollback ``get_model_config`` still reports the policy [1, 2] (Triton keeps
+    version 1 with the config of the rollback's staging load), so a fallback that copied the
+    reported policy loaded version 2 again, and the ensembles (``model_version: -1``) served
+    it. The rollout record survives the switch, so a later rollback still knows version 2."""
+    options = control_server.options
+    rolled = ("text_embedding_encoder", "ctr_model")
+    with RepositoryClient(options.http_url, "http", key=options.repository_key) as repo:
+        for model in rolled:
+            rollout(repo, model, 2)
+            rollback(repo, model)
+            assert repo.versions(model) == [1]
+        reported = {m: repo.config(m).get("version_policy") for m in rolled}
+        print("policies reported after the rollbacks:", reported)
+        result = configs(control_server, tmp_path, "use", "cpu")
+        assert result.returncode == 0, result.stdout + result.stderr
+        for model in rolled:
+            states = ("READY", "LOADING", "UNLOADING")
+            assert repo.versions(model, states) == [1], (model, result.stdout)
+            assert repo.config(model)["parameters"][CONFIG_SET_PARAMETER]["string_value"] == "cpu"
+            assert previous_version(repo, model) == 2
+    with TritonConnection(options.http_url) as conn:
+        assert [conn.model_versions(m) for m in rolled] == [["1"], ["1"]]
+        assert control_server.check_health()[1].ok
+
+
+def test_the_target_policy_names_the_ready_versions_not_the_reported_one() -> None:
+    serving = {
+        "version_policy": {"specific": {"versions": ["1", "2"]}},  # stale, as after a rollback
+        "parameters": {"tritonrepo.previous_version": {"string_value": "2"}},
+    }
+    target, _ = target_config(MODEL_REPOSITORY, "ctr_model", "cpu", serving, versions=[1])
+    assert target["version_policy"] == {"specific": {"versions": [1]}}
+    assert target["parameters"]["tritonrepo.previous_version"] == {"string_value": "2"}

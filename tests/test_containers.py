@@ -1,7 +1,7 @@
 """The container files in docker/, checked without a Docker engine.
 
 - Every ``pip install`` step of every Dockerfile under docker/ is resolved for the image's
-  Python (CPython 3.10, manylinux x86_64, glibc 2.35 as in the NGC 24.10 images): the step's
+  Python (CPython 3.12, manylinux x86_64, glibc 2.39 as in the NGC 26.05 images): the step's
   shell pipeline runs as written, in a folder laid out like the image at that step (the files
   COPY put there), with ``pip``/``python -m pip`` standing for ``pip install --dry-run`` for
   that target. pip's own message is the failure. The versions it resolves must be the ones
@@ -40,9 +40,9 @@ from tests.dockerfile_steps import (
     pip_arguments,
     pip_messages,
     pip_steps,
-    python_310,
     run_pip_step,
     shell_lists,
+    target_python,
 )
 from tritonrepo.paths import REPO_ROOT
 
@@ -53,7 +53,7 @@ ALL_STEPS = [step for path in dockerfiles() for step in pip_steps(path)]
 def pip_available() -> None:
     """Skip the resolution tests only where pip itself cannot run."""
     probe = subprocess.run(
-        [python_310(), "-m", "pip", "--version"], capture_output=True, text=True, check=False
+        [target_python(), "-m", "pip", "--version"], capture_output=True, text=True, check=False
     )
     if probe.returncode != 0:
         pytest.skip(f"pip is unavailable: {probe.stderr.strip()}")
@@ -70,7 +70,7 @@ def test_every_dockerfile_has_pip_steps() -> None:
 
 @pytest.mark.parametrize("step", ALL_STEPS, ids=[s.name for s in ALL_STEPS])
 def test_pip_step_resolves_for_the_image_python(step: PipStep, tmp_path, pip_available) -> None:
-    """The step resolves for CPython 3.10 on manylinux x86_64, every version it installs that
+    """The step resolves for CPython 3.12 on manylinux x86_64, every version it installs that
     requirements.txt pins is that pin, and every package it names is pinned there."""
     res = run_pip_step(step, tmp_path)
     assert res.returncode == 0, (

@@ -193,3 +193,75 @@ def test_int8_version_goes_live_by_rollout_and_back(files, tmp_path):
                 assert abs(served.scores[0] - fp32.scores[0]) < 0.05
             else:
                 assert np.allclose(served.scores, fp32.scores, atol=1e-6)
+
+
+def parse_classes(entries: np.ndarray) -> list[tuple[float, int, str]]:
+    """Triton's classification strings ``b"<value>:<index>:<label>"`` → (value, index, label)."""
+    parsed = []
+    for entry in entries:
+        value, index, label = bytes(entry).decode().split(":", 2)
+        parsed.append((float(value), int(index), label))
+    return parsed
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_class_count_on_probabilities_gives_the_labels_top_k(
+    triton_server, files, labels, protocol
+):
+    """Triton's classification extension on the numeric PROBABILITIES output (class_count=3,
+    labels from image_postprocess's label_filename, passed on by the ensemble) ranks the same
+    three classes, with the same probabilities, as the LABELS/SCORES outputs of TOP_K=3."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(triton_server.options.url(protocol))
+    try:
+        for name, data in files.items():
+            image = module.InferInput("IMAGE", [1, 1], "BYTES")
+            image.set_data_from_numpy(np.array([[data]], dtype=object))
+            k = module.InferInput("TOP_K", [1, 1], "INT32")
+            k.set_data_from_numpy(np.array([[3]], dtype=np.int32))
+            outputs = [
+                module.InferRequestedOutput("LABELS"),
+                module.InferRequestedOutput("SCORES"),
+                module.InferRequestedOutput("PROBABILITIES", class_count=3),
+            ]
+            result = client.infer(spec.ENSEMBLE, [image, k], outputs=outputs)
+            top = result.as_numpy("PROBABILITIES")
+            assert top.shape == (1, 3), (name, top.shape)
+            classes = parse_classes(top[0])
+            want = [x.decode() for x in result.as_numpy("LABELS")[0]]
+            assert [label for _, _, label in classes] == want, name
+            assert [labels[index] for _, index, label in classes] == want, name
+            scores = result.as_numpy("SCORES")[0]
+            assert np.allclose([value for value, _, _ in classes], scores, atol=1e-6), name
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_probabilities_output_is_the_whole_softmax(triton_server, files, protocol):
+    """PROBABILITIES without class_count: FP32 [1, 1000], summing to 1, its top 5 = SCORES."""
+    with ClassificationClient(triton_server.options.url(protocol), protocol) as client:
+        out = client.connection.infer(
+            spec.ENSEMBLE,
+            {"IMAGE": np.array([[files["chelsea"]]], dtype=object)},
+            ["SCORES", "PROBABILITIES"],
+        )
+    probs = out["PROBABILITIES"]
+    assert probs.shape == (1, spec.NUM_CLASSES) and probs.dtype == np.float32
+    assert abs(float(probs.sum()) - 1.0) < 1e-4
+    assert np.allclose(np.sort(probs[0])[::-1][: spec.DEFAULT_TOP_K], out["SCORES"][0], atol=1e-6)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_client_via_class_count_matches_labels_and_scores(triton_server, files, protocol):
+    """ClassificationClient.classify(via_class_count=True) reads Triton's classification of
+    PROBABILITIES; it gives the LABELS/SCORES path's classes and probabilities."""
+    photos_ = list(files.values())
+    with ClassificationClient(triton_server.options.url(protocol), protocol) as client:
+        direct = client.classify(photos_, top_k=3)
+        ranked = client.classify(photos_, top_k=3, via_class_count=True)
+    assert [r.labels for r in ranked] == [r.labels for r in direct]
+    assert np.allclose([r.scores for r in ranked], [r.scores for r in direct], atol=1e-6)

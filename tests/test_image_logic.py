@@ -171,3 +171,31 @@ def test_preflight_names_a_missing_labels_file(tmp_path):
     )
     lines = [f.line() for f in check_model(tmp_path, model, "cpu")]
     assert f"error   {model}: 1/labels.txt is missing; build it with `make artifacts`" in lines
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP"])
+@pytest.mark.parametrize("size", [4, 8, 20, 30, 33, 36, 40, 60])
+def test_a_file_cut_short_is_called_truncated_with_its_size(cat, fmt, size):
+    """A cut PNG of 30..40 bytes has the PNG signature and a whole or partial IHDR, which
+    Pillow cannot identify: it must be named a truncated PNG, not "not an image"."""
+    data = photos.encode(cat, fmt)[:size]
+    name = {"WEBP": "WebP"}.get(fmt, fmt)
+    if fmt == "WEBP" and size < 12:  # "RIFF" and a size only: no WebP marker yet
+        with pytest.raises(InvalidRequest, match="not a JPEG, PNG or WebP"):
+            decode_image(data)
+        return
+    with pytest.raises(InvalidRequest, match=rf"^is a truncated {name} image \({size} bytes"):
+        decode_image(data)
+
+
+def test_a_whole_png_with_broken_bytes_is_called_corrupt_not_truncated(cat):
+    whole = photos.encode(cat, "PNG")
+    header = bytearray(whole)
+    header[16:24] = b"\xff" * 8  # IHDR's width and height overwritten: its CRC fails
+    middle = bytearray(whole)
+    middle[len(whole) // 2 : len(whole) // 2 + 64] = b"\x00" * 64  # IDAT data destroyed
+    for data, message in ((header, "unreadable PNG header"), (middle, "could not be decoded")):
+        with pytest.raises(InvalidRequest, match=message) as refused:
+            decode_image(bytes(data))
+        assert "truncated PNG" not in str(refused.value)
+        assert "not a JPEG, PNG or WebP" not in str(refused.value)

@@ -158,3 +158,23 @@ def test_heal_interval_option():
     )  # fmt: skip
     assert out.returncode == 1
     assert out.stderr == "error: --heal-interval must be >= 0 seconds (0 = off)\n"
+
+
+def test_restart_guard_and_stop_options():
+    """Restart on crash and the HTTP guard are on by default; the limits are checked before
+    anything starts; the stop bound stated covers Triton's exit timeout."""
+    from tritonrepo.serve import parse_args
+
+    args = parse_args([])
+    assert not args.no_restart and not args.no_http_guard
+    assert (args.restart_limit, args.exit_timeout) == (5, 30)
+    assert parse_args(["--no-restart", "--no-http-guard"]).no_restart
+    out = subprocess.run(
+        [sys.executable, "-m", "tritonrepo.serve", "--restart-limit", "-1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert out.stderr == "error: --exit-timeout and --restart-limit must be >= 0\n"
+    options = server_options(exit_timeout_s=12)
+    assert "--exit-timeout-secs=12" in TritonServer(options).command(Path("/backends"))
+    assert options.stop_bound_s > 12

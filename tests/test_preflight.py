@@ -7,6 +7,7 @@ preflight names the model, the problem and the fix, before any server starts.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -150,5 +151,43 @@ def test_launcher_runs_preflight_before_starting(repo):
     with pytest.raises(
         LaunchError, match=r"preflight: model 'ctr_model': 1/model\.onnx is missing"
     ):
+        server.start()
+    assert server.process is None
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "reason"),
+    [
+        (
+            'name: "attention_mask" data_type: TYPE_INT64',
+            'name: "attention_mask" data_type: TYPE_FP23',
+            'Enum type "inference.DataType" has no value named TYPE_FP23.',
+        ),
+        (
+            "max_batch_size: 64",
+            "max_batch_sise: 64",
+            'Message type "inference.ModelConfig" has no field named "max_batch_sise".',
+        ),
+    ],
+)
+def test_config_typo_is_one_line_naming_file_line_and_column(repo, old, new, reason):
+    """A typo in a step's config.pbtxt: the preflight CLI and the launcher say
+    ``<file>:<line>:<column>: <protobuf's reason>`` in one line, not a traceback."""
+    config = repo / spec.POOL_MODEL / "config.pbtxt"
+    text = config.read_text()
+    assert old in text
+    config.write_text(text.replace(old, new))
+    line_no = next(i for i, ln in enumerate(config.read_text().splitlines(), 1) if new in ln)
+    place = rf"{re.escape(str(config))}:{line_no}:\d+: .*{re.escape(reason)}"
+    out = subprocess.run(
+        [sys.executable, "-m", "tritonrepo.preflight", "--repository", str(repo),
+         "--model", spec.ENSEMBLE],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 1 and "Traceback" not in out.stdout + out.stderr, out.stderr
+    errors_seen = [ln for ln in out.stdout.splitlines() if ln.startswith("error")]
+    assert errors_seen and all(re.search(place, ln) for ln in errors_seen), out.stdout
+    server = TritonServer(server_options(model_repository=repo, models=(spec.ENSEMBLE,)))
+    with pytest.raises(LaunchError, match=place):
         server.start()
     assert server.process is None

@@ -96,7 +96,7 @@ def test_without_tensorrt_one_line_says_what_is_missing_and_nothing_is_written(t
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: TensorRT is not installed")
-    assert "`make build-plans`" in lines[0] and "nvcr.io/nvidia/tensorrt:24.10-py3" in lines[0]
+    assert "`make build-plans`" in lines[0] and "nvcr.io/nvidia/tensorrt:26.05-py3" in lines[0]
     assert snapshot(repo, BUILD_DIR / "tensorrt") == before
 
 

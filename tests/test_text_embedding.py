@@ -217,3 +217,36 @@ def test_server_healthy_after_bad_inputs(triton_server, reference_embed):
     texts = ["Still serving after bad input.", "Another sentence."]
     with client_for(triton_server, "grpc") as embed_client:
         assert cosines(embed_client.embed(texts), reference_embed(texts)).min() >= 0.9999
+
+
+@pytest.mark.parametrize(
+    ("texts", "message"),
+    [
+        ("hello", r"got one str \('hello'\): pass \[text\] to embed it as one text"),
+        (b"hello", r"got one bytes \(b'hello'\): pass \[text\]"),
+        ([1, 2], r"item 0 is int 1, not str or bytes; pass str\(value\)"),
+        (["ok", None], r"item 1 is NoneType None, not str or bytes"),
+        (np.zeros((2, 3)), r"1-D list of texts, got an array of shape \(2, 3\)"),
+        (np.zeros(2), r"item 0 is float64 0.0, not str or bytes"),
+        ([], r"needs at least one text"),
+    ],
+    ids=["str", "bytes", "ints", "none", "2d-array", "float-array", "empty"],
+)
+def test_anything_but_a_list_of_texts_is_refused_with_the_fix(triton_server, texts, message):
+    """A bare str used to be embedded character by character (5 rows for "hello"), and
+    numbers or arrays as their printed form; now ValueError says what to pass instead."""
+    with client_for(triton_server, "http") as client:
+        with pytest.raises(ValueError, match=message):
+            client.embed(texts)
+        one = client.embed(["hello"])
+        assert one.shape == (1, spec.HIDDEN_SIZE)
+        assert np.allclose(client.embed(np.array(["hello"])), one, atol=1e-6)  # numpy strings
+
+
+def test_embed_iter_refuses_one_text_and_names_a_non_text_item_by_its_index(triton_server):
+    with client_for(triton_server, "grpc") as client:
+        with pytest.raises(ValueError, match=r"embed_iter\(\) takes a list of texts, got one str"):
+            list(client.embed_iter("hello"))
+        stream = iter([*(f"text {i}" for i in range(25)), 7, "after"])
+        with pytest.raises(ValueError, match=r"item 25 is int 7, not str or bytes"):
+            list(client.embed_iter(stream, batch_size=10))

@@ -9,40 +9,45 @@ benchmarks all go through :class:`TritonServer`. It
   and puts this interpreter's ``bin/`` first on ``PATH`` (the stub imports from that environment),
 * runs the server in ``--model-control-mode=explicit`` with ``--model-config-name`` (``cpu`` by
   default), loads the requested models at start, binds HTTP/gRPC/metrics to 127.0.0.1 unless told
-  otherwise, and streams the server log to a file,
+  otherwise, and streams the server log to a file (the command line and the checks before it:
+  :mod:`tritonrepo.server_command`),
 * restricts the model-repository API (index/load/unload) with a key when one is given
   (:mod:`tritonrepo.repository_key`),
 * waits for readiness — every requested model READY and a real probe inference on each
   (:mod:`tritonrepo_client.health`), not Triton's server readiness, which runs with
   ``--strict-readiness=false`` (a strict server turns not-ready when any unrelated model fails
   to load) — and turns every known failure (port in use, missing artifact, model that fails to
-  load or to serve, timeout) into a :class:`LaunchError` with a one-line message,
+  load or to serve, timeout) into a :class:`LaunchError` with a one-line message
+  (:mod:`tritonrepo.server_readiness`),
 * optionally supervises the server (``ServerOptions.heal_interval_s``): a thread that probes the
   models and reloads a step whose stub process died (:mod:`tritonrepo_client.healing`), logging
-  each restore on stderr.
+  each restore on stderr,
+* optionally restarts a server that died (``ServerOptions.restart_on_crash``:
+  :mod:`tritonrepo.server_restart`), and puts HTTP behind the HTTP guard
+  (``ServerOptions.http_guard``: :mod:`tritonrepo.http_guard`),
+* stops it within a stated bound: SIGTERM, Triton's own ``--exit-timeout-secs``
+  (``exit_timeout_s``), then SIGKILL after ``ServerOptions.stop_bound_s`` seconds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import signal
-import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
-from tritonrepo import preflight, repository_key
 from tritonrepo.embedded_server import (
     LaunchError,
     assemble_backend_directory,
     library_path,
     stub_python,
-    tritonserver_binary,
-    visible_gpus,
 )
+from tritonrepo.paths import BUILD_DIR
+from tritonrepo.server_command import check_port_free, free_port, preflight, tritonserver_command
 from tritonrepo.server_options import (
     DEFAULT_MODELS,
     GPU_CONFIG_SETS,
@@ -55,6 +60,8 @@ from tritonrepo.server_processes import (
     shared_memory_regions,
     stub_processes,
 )
+from tritonrepo.server_readiness import exit_reason, one_line, ready_models, wait_ready
+from tritonrepo.server_restart import CrashWatcher, ServerRestart, exit_cause, log, reap_stubs
 from tritonrepo.supervisor import Supervisor
 
 __all__ = [
@@ -63,44 +70,13 @@ __all__ = [
     "GrpcServerTls",
     "LaunchError",
     "ServerOptions",
+    "ServerRestart",
     "StubProcess",
     "TritonServer",
     "check_port_free",
     "free_port",
     "one_line",
 ]
-
-
-def check_port_free(host: str, port: int, what: str) -> None:
-    """Raise :class:`LaunchError` if ``host:port`` cannot be bound (``what`` names the endpoint)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise LaunchError(
-                f"{what} port {port} on {host} is already in use ({exc.strerror}); "
-                f"stop the other process or choose another port"
-            ) from None
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now (for tests and parallel servers)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-def one_line(text: str, limit: int = 400) -> str:
-    """Condense a Triton error (often a multi-line Python traceback) to one line.
-
-    Keeps what precedes the stub's ``At:`` traceback marker, collapses whitespace, and cuts at
-    ``limit`` characters.
-    """
-    text = text.split("\n\nAt:")[0].split("\nAt:\n")[0]
-    text = re.sub(r"\s+", " ", text).strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _terminate_with_parent() -> None:
@@ -120,72 +96,51 @@ class TritonServer:
 
         with TritonServer(ServerOptions(http_port=free_port())) as server:
             print(server.options.http_url)
+
+    Attributes:
+        process: the current ``tritonserver`` process (a new one after each restart).
+        restarts: :class:`ServerRestart` records, oldest first (``restart_on_crash``).
+        failure: why the server is down for good after it died again and again (the crash
+            loop bound of ``restart_on_crash``); None otherwise (see :meth:`down_reason`).
+        heal_reports: what the supervisor did (``tritonrepo_client.healing.StepReport``).
+        guard: the HTTP guard in front of the HTTP endpoint (``http_guard``), else None.
+        triton_http_port: the port tritonserver's own HTTP endpoint binds to: a private free
+            port on 127.0.0.1 behind the guard, else ``options.http_port``.
     """
 
     def __init__(self, options: ServerOptions | None = None) -> None:
         self.options = options or ServerOptions()
         self.process: subprocess.Popen[bytes] | None = None
         self._log_handle = None
+        self._log_offset = 0  # where the current process's part of the log starts
         self._supervisor: Supervisor | None = None
-        # What the supervisor did: tritonrepo_client.healing.StepReport, oldest first.
         self.heal_reports: list = []
+        self.restarts: list[ServerRestart] = []
+        self.failure: str | None = None
+        self.guard = None
+        self.triton_http_port = self.options.http_port
+        self._backends: Path | None = None
+        self._watcher: CrashWatcher | None = None
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
         # This server's own prefix for the Python backend's shared-memory regions (every
         # Python-based backend takes it too), so stop() removes its regions and no other's.
         self.shm_prefix = f"tritonrepo_{secrets.token_hex(4)}_"
 
+    @property
+    def triton_http_url(self) -> str:
+        """``host:port`` of tritonserver's own HTTP endpoint (the guard's upstream when the
+        guard is on; else the same as ``options.http_url``)."""
+        if self.options.http_guard:
+            return f"127.0.0.1:{self.triton_http_port}"
+        return self.options.http_url
+
     def command(self, backend_directory: Path) -> list[str]:
-        """The full ``tritonserver`` command line."""
-        o = self.options
-        cmd = [
-            str(tritonserver_binary()),
-            f"--model-repository={Path(o.model_repository).resolve()}",
-            f"--backend-directory={backend_directory}",
-            "--model-control-mode=explicit",
-            f"--http-address={o.host}",
-            f"--http-port={o.http_port}",
-            f"--grpc-address={o.host}",
-            f"--grpc-port={o.grpc_port}",
-            "--allow-metrics=true",
-            f"--metrics-address={o.host}",
-            f"--metrics-port={o.metrics_port}",
-            "--allow-gpu-metrics=false",
-            # Latency quantiles per model (nv_inference_request_summary_us{quantile="0.99"} and
-            # the queue/compute summaries), which the p99 alert and the dashboard read.
-            "--metrics-config=summary_latencies=true",
-            "--exit-on-error=false",
-            # Readiness is judged per served model with a probe (tritonrepo_client.health): a
-            # strict server turns not-ready when any unrelated model fails to load.
-            "--strict-readiness=false",
-            f"--log-verbose={o.log_verbose}",
-            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
-        ]
-        if o.repository_key:
-            restriction = repository_key.restriction(o.repository_key)
-            cmd += [
-                f"--http-restricted-api={restriction}",
-                f"--grpc-restricted-protocol={restriction}",
-            ]
-        if o.grpc_tls:
-            cmd += [
-                "--grpc-use-ssl=true",
-                f"--grpc-server-cert={Path(o.grpc_tls.cert).resolve()}",
-                f"--grpc-server-key={Path(o.grpc_tls.key).resolve()}",
-            ]
-            if o.grpc_tls.client_ca:
-                cmd += [
-                    f"--grpc-root-cert={Path(o.grpc_tls.client_ca).resolve()}",
-                    "--grpc-use-ssl-mutual=true",
-                ]
-        if o.model_config_name:
-            cmd.append(f"--model-config-name={o.model_config_name}")
-        pool = o.cuda_memory_pool_bytes
-        if pool is None:
-            pool = GPU_CONFIG_SETS.get(o.model_config_name or "")
-        if pool:
-            cmd += [f"--cuda-memory-pool-byte-size={gpu}:{pool}" for gpu in visible_gpus()]
-        cmd += [f"--load-model={m}" for m in o.models]
-        cmd += list(o.extra_args)
-        return cmd
+        """The full ``tritonserver`` command line (the same for every restart:
+        :func:`tritonrepo.server_command.tritonserver_command`)."""
+        return tritonserver_command(
+            self.options, backend_directory, self.shm_prefix, self.triton_http_port
+        )
 
     def environment(self) -> dict[str, str]:
         """Environment of the server: library path and this interpreter's ``bin/`` first."""
@@ -195,116 +150,98 @@ class TritonServer:
         env.setdefault("HF_HUB_OFFLINE", "1")
         return env
 
-    def _preflight(self) -> None:
-        o = self.options
-        repo = Path(o.model_repository)
-        if not repo.is_dir():
-            raise LaunchError(f"model repository {repo} does not exist")
-        for name in o.models:
-            if not (repo / name).is_dir():
-                raise LaunchError(f"model '{name}' is not in the model repository {repo}")
-        errors = [
-            f for f in preflight.run(repo, o.models, o.model_config_name) if f.level == "error"
-        ]
-        if errors:
-            more = (
-                f" (and {len(errors) - 1} more: python -m tritonrepo.preflight)"
-                if errors[1:]
-                else ""
-            )
-            raise LaunchError(f"preflight: model '{errors[0].model}': {errors[0].message}{more}")
-        ports = [("HTTP", o.http_port), ("gRPC", o.grpc_port), ("metrics", o.metrics_port)]
-        if o.heal_interval_s and o.heal_metrics_port is not None:
-            ports.append(("self-healing metrics", o.heal_metrics_port))
-        for what, port in ports:
-            check_port_free(o.host, port, what)
-
     def start(self) -> TritonServer:
-        """Start the server, load ``options.models`` and wait until all of them are READY.
+        """Start the server (and the HTTP guard first when ``http_guard``), load
+        ``options.models`` and wait until all of them are READY and answer a probe.
 
         Raises:
-            LaunchError: port in use, missing repository or model, a model that fails to load
-                (the message names the model and Triton's reason), the process exiting early,
-                or readiness not reached within ``startup_timeout_s`` seconds.
+            LaunchError: port in use, missing repository or model, nginx missing for the
+                guard, a model that fails to load (the message names the model and Triton's
+                reason), the process exiting early, or readiness not reached within
+                ``startup_timeout_s`` seconds.
         """
-        self._preflight()
-        backends = assemble_backend_directory()
+        preflight(self.options)
+        self._stopping.clear()
+        self.failure = None
+        self._backends = assemble_backend_directory()
         log_file = Path(self.options.log_file)
         log_file.parent.mkdir(parents=True, exist_ok=True)
         self._log_handle = open(log_file, "wb")  # noqa: SIM115 - lives as long as the server
-        self.process = subprocess.Popen(
-            self.command(backends),
-            stdout=self._log_handle,
-            stderr=subprocess.STDOUT,
-            env=self.environment(),
-            start_new_session=True,  # Ctrl-C reaches the launcher, which stops the server
-            preexec_fn=_terminate_with_parent,
-        )
         try:
+            if self.options.http_guard:
+                self._start_guard()
+            self._spawn()
             self._wait_ready()
         except BaseException:
             self.stop()
             raise
         if self.options.heal_interval_s:
             self.start_supervisor(self.options.heal_interval_s)
+        if self.options.restart_on_crash:
+            self._watcher = CrashWatcher(self)
+            self._watcher.start()
         return self
 
-    def _wait_ready(self) -> None:
-        import tritonclient.http as httpclient
-
-        o = self.options
-        deadline = time.monotonic() + o.startup_timeout_s
-        client = httpclient.InferenceServerClient(o.http_url, connection_timeout=5.0)
-        try:
-            while True:
-                if self.process is not None and self.process.poll() is not None:
-                    raise LaunchError(self._exit_reason())
-                with contextlib.suppress(Exception):
-                    if client.is_server_live():
-                        break
-                if time.monotonic() > deadline:
-                    raise LaunchError(
-                        f"tritonserver was not live within {o.startup_timeout_s:.0f} s; "
-                        f"see {o.log_file}"
-                    )
-                time.sleep(0.2)
-            # Models listed with --load-model are loaded before the endpoints open, so the
-            # repository index now holds their final state.
-            failures = self._load_failures(
-                client.get_model_repository_index(headers=o.repository_headers)
-            )
-            if failures:
-                raise LaunchError(failures)
-            self._wait_models_ready(client, deadline)
-        finally:
-            client.close()
-        # The first failing model's own checks, not the "ready" summary naming them all.
-        unhealthy = [c for c in self.check_health() if not c.ok and c.name != "ready"]
-        if unhealthy:
-            raise LaunchError(
-                f"{unhealthy[0].name} failed: {one_line(unhealthy[0].detail)} (log: {o.log_file})"
-            )
-
-    def _wait_models_ready(self, client, deadline: float) -> None:
-        """Poll until every requested model is READY (``time.monotonic()`` ``deadline``).
+    def _start_guard(self) -> None:
+        """Start the HTTP guard on ``host:http_port`` in front of a private port.
 
         Raises:
-            LaunchError: not all READY by the deadline (the message names them).
+            LaunchError: nginx or njs is missing (the message gives the apt command).
         """
+        from tritonrepo.http_guard import HttpGuard, guard_available
+
+        missing = guard_available()
+        if missing:
+            raise LaunchError(f"the HTTP guard cannot run: {missing}")
         o = self.options
-        while True:
-            waiting = [m for m in o.models if not client.is_model_ready(m)]
-            if not waiting:
-                return
-            if time.monotonic() > deadline:
-                raise LaunchError(
-                    f"{', '.join(waiting)} not READY within {o.startup_timeout_s:.0f} s; "
-                    f"see {o.log_file}"
-                )
-            time.sleep(0.2)
+        self.triton_http_port = free_port()
+        run_dir = BUILD_DIR / "http-guard" / str(o.http_port)
+        self.guard = HttpGuard(o.host, o.http_port, self.triton_http_port, run_dir).start()
+
+    def _spawn(self) -> None:
+        """Start a ``tritonserver`` process with :meth:`command` (not while stopping)."""
+        with self._lock:
+            if self._stopping.is_set():
+                raise LaunchError("the server is being stopped")
+            assert self._log_handle is not None and self._backends is not None
+            self._log_handle.flush()
+            self._log_offset = self._log_handle.tell()
+            self.process = subprocess.Popen(
+                self.command(self._backends),
+                stdout=self._log_handle,
+                stderr=subprocess.STDOUT,
+                env=self.environment(),
+                start_new_session=True,  # Ctrl-C reaches the launcher, which stops the server
+                preexec_fn=_terminate_with_parent,
+            )
+
+    def respawn(self) -> None:
+        """Start the same command line again after the process died, and wait until ready
+        (the restart watcher calls it; the guard, when there is one, stays up).
+
+        Raises:
+            LaunchError: see :meth:`start`.
+        """
+        self._spawn()
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        """Wait until live, the start models READY and each answering its probe (through the
+        guard when there is one: the path users take)."""
+        wait_ready(self.triton_http_url, self.options, self._check_running, self.check_health)
+
+    def _check_running(self) -> None:
+        """Raise :class:`LaunchError` when the server is being stopped or its process exited."""
+        if self._stopping.is_set():
+            raise LaunchError("the server is being stopped")
+        process = self.process
+        if process is None or process.poll() is not None:
+            code = process.returncode if process else None
+            raise LaunchError(exit_reason(code, self.options.log_file, self._log_offset))
 
     def check_health(self, live_only: bool = False) -> list:
-        """Liveness/readiness with a probe inference per loaded model (HTTP).
+        """Liveness/readiness with a probe inference per loaded model (HTTP, at
+        ``options.http_url``: through the guard when there is one).
 
         Returns:
             ``tritonrepo_client.health.Check`` list; all ``ok`` means healthy.
@@ -315,54 +252,92 @@ class TritonServer:
         with TritonConnection(self.options.http_url, "http", timeout_s=30.0) as conn:
             return check_health(conn, self.options.models, live_only=live_only)
 
-    def _load_failures(self, index: list[dict]) -> str:
-        """One line naming the models that are not READY, composing models first."""
-        states = {entry["name"]: entry for entry in index}
-        failed = []
-        for name in self.options.models:
-            entry = states.get(name, {})
-            if entry.get("state") != "READY":
-                failed.append(name)
-        if not failed:
-            return ""
-        # A failing step makes its ensemble fail too; name the step, whose reason is the cause.
-        steps = [e for e in index if e.get("state") == "UNAVAILABLE" and e["name"] not in failed]
-        culprit = steps[0] if steps else states.get(failed[0], {"name": failed[0]})
-        reason = one_line(culprit.get("reason") or "unknown reason (see the server log)")
+    def ready_models(self) -> list[str]:
+        """Models with a READY version now (the repository index of tritonserver's own
+        endpoint, read with the repository key).
+
+        Raises:
+            tritonclient.utils.InferenceServerException: the index cannot be read.
+        """
+        return ready_models(self.triton_http_url, self.options.repository_headers)
+
+    def note_in_log(self, line: str) -> None:
+        """Write a line of the launcher's own into the server log (between two processes)."""
+        if self._log_handle is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._log_handle.write(f"--- {line}\n".encode())
+                self._log_handle.flush()
+
+    def down_reason(self) -> str | None:
+        """Why the started server no longer serves and will not again: the crash loop bound
+        reached, or (without ``restart_on_crash``) its process exited; None while it serves or
+        a restart is under way."""
+        if self.failure:
+            return self.failure
+        process = self.process
+        if self.options.restart_on_crash or process is None or process.poll() is None:
+            return None
         return (
-            f"model '{culprit['name']}' failed to load, so {', '.join(failed)} cannot serve: "
-            f"{reason} (log: {self.options.log_file})"
+            f"tritonserver exited unexpectedly: {exit_cause(process.returncode)}; "
+            f"see {self.options.log_file}"
         )
 
-    def _exit_reason(self) -> str:
-        code = self.process.returncode if self.process else None
-        tail = ""
-        with contextlib.suppress(OSError):
-            lines = Path(self.options.log_file).read_text(errors="replace").splitlines()
-            errors = [ln for ln in lines if ln.startswith("E") or "error" in ln.lower()]
-            tail = one_line((errors or lines or [""])[-1], limit=300)
-        return (
-            f"tritonserver exited with code {code} during startup: {tail} "
-            f"(log: {self.options.log_file})"
-        )
+    def kill_process(self) -> int | None:
+        """SIGKILL the current process if it still runs; its exit code."""
+        with self._lock:
+            process = self.process
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        return process.returncode
 
+    # --- stop -----------------------------------------------------------------------------------
     def stop(self) -> int | None:
-        """Stop the server: SIGTERM, wait ``stop_timeout_s`` seconds, then SIGKILL.
+        """Stop the server within ``options.stop_bound_s`` seconds.
+
+        SIGTERM first: Triton stops accepting connections and waits up to ``exit_timeout_s``
+        seconds for the open ones (idle keep-alive ones too) and for its models to unload
+        (server ``src/main.cc``, r24.10). Then the HTTP guard stops gracefully, which closes its
+        connections to Triton once their requests are answered. Triton is killed if it still
+        runs ``stop_bound_s`` seconds after the SIGTERM. The restart watcher and the supervisor
+        are told to stop first (no restart can start once ``stop`` began).
 
         Returns the process exit code (``None`` if it was never started).
         """
+        with self._lock:  # _spawn checks this flag under the same lock
+            self._stopping.set()
+            process = self.process
+        if self._watcher is not None:
+            self._watcher.signal_stop()
+        if self._supervisor is not None:
+            self._supervisor.signal_stop()
+        deadline = time.monotonic() + self.options.stop_bound_s
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        if self.guard is not None:
+            self.guard.stop()
+            self.guard = None
         code = None
+        if process is not None:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log(
+                    f"tritonserver did not exit within {self.options.stop_bound_s:g} s of "
+                    "SIGTERM; killed"
+                )
+                process.kill()
+                process.wait()
+            code = process.returncode
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
         self.stop_supervisor()
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=self.options.stop_timeout_s)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
-            code = self.process.returncode
-            self.process = None
+        self.process = None
+        if process is not None:
+            reap_stubs(self.stub_processes)
         if self._log_handle is not None:
             self._log_handle.close()
             self._log_handle = None
@@ -374,8 +349,23 @@ class TritonServer:
         does when ``options.heal_interval_s`` is set); its reports go to ``heal_reports``
         (:class:`tritonrepo.supervisor.Supervisor`)."""
         self.stop_supervisor()
-        self._supervisor = Supervisor(self.options, self.stub_processes, self.heal_reports)
+        self._supervisor = Supervisor(
+            self.options, self.stub_processes, self.heal_reports, self.options.http_url
+        )
         self._supervisor.start(interval_s)
+
+    @property
+    def served_snapshot(self) -> tuple[str, ...]:
+        """The READY models at the restart watcher's last look at the repository index (what a
+        restart loads again); the start list without ``restart_on_crash``."""
+        if self._watcher is None:
+            return tuple(self.options.models)
+        return self._watcher.served
+
+    @property
+    def supervisor(self) -> Supervisor | None:
+        """The self-healing supervisor, while it runs."""
+        return self._supervisor
 
     def stop_supervisor(self, timeout_s: float = 10.0) -> None:
         """Stop the supervisor, waiting up to ``timeout_s`` seconds for a reload in progress."""

@@ -8,6 +8,7 @@ a unit test instead of at server start.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,14 +28,53 @@ def config_path(repository: Path, model: str, config_name: str | None = None) ->
     return repository / model / "config.pbtxt"
 
 
+class ConfigParseError(text_format.ParseError):
+    """A ``.pbtxt`` that does not parse into ``ModelConfig``, told in one line as compilers do:
+    ``<file>:<line>:<column>: <protobuf's reason>``, e.g. ``m/config.pbtxt:8:39: ... Enum type
+    "inference.DataType" has no value named TYPE_FP23.``
+
+    A :class:`google.protobuf.text_format.ParseError` (``GetLine``/``GetColumn`` give the place,
+    1-based), so code that catches that keeps working.
+
+    Attributes:
+        path: the file.
+        reason: protobuf's message without its ``line:column :`` prefix.
+    """
+
+    def __init__(self, path: Path, line: int | None, column: int | None, reason: str) -> None:
+        self.path = Path(path)
+        self.reason = reason
+        where = ":".join(str(n) for n in (line, column) if n is not None)
+        super().__init__(f"{path}:{where}: {reason}" if where else f"{path}: {reason}")
+        self._line, self._column = line, column
+
+
+# The "line:column : " prefix protobuf puts before its reason (text_format.ParseError).
+_PLACE = re.compile(r"^\d+(?::\d+)? : ")
+
+
+def parse_config(text: str, path: Path) -> ModelConfig:
+    """Parse ``.pbtxt`` ``text`` read from ``path`` (named in the error).
+
+    Raises:
+        ConfigParseError: unknown field, wrong type or bad enum value, with its place.
+    """
+    try:
+        return text_format.Parse(text, ModelConfig())
+    except text_format.ParseError as exc:
+        reason = _PLACE.sub("", str(exc))
+        raise ConfigParseError(path, exc.GetLine(), exc.GetColumn(), reason) from None
+
+
 def load_config(path: Path) -> ModelConfig:
     """Parse a ``.pbtxt`` file.
 
     Raises:
-        google.protobuf.text_format.ParseError: unknown field, wrong type or bad enum value.
+        ConfigParseError: unknown field, wrong type or bad enum value; the message is one line,
+            ``<file>:<line>:<column>: <reason>`` (a ``text_format.ParseError``).
         FileNotFoundError: no such file.
     """
-    return text_format.Parse(Path(path).read_text(), ModelConfig())
+    return parse_config(Path(path).read_text(), Path(path))
 
 
 def all_config_files(repository: Path) -> list[Path]:

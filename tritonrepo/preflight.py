@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tritonrepo.artifact_checks import PYTHON_BACKENDS, Finding, check_model
-from tritonrepo.model_config import config_path, load_config
+from tritonrepo.model_config import ConfigParseError, config_path, load_config
 from tritonrepo.paths import MODEL_REPOSITORY
 
 # Models called through BLS, which Triton does not know as dependencies.
@@ -98,6 +98,18 @@ def check_shm(instances: int, shm: Path = Path("/dev/shm")) -> Finding:
     )
 
 
+def check_parsed(repository: Path, model: str, config_name: str | None) -> list[Finding]:
+    """:func:`check_model`, but a config that does not parse (the model's own, or for an
+    ensemble a step's) is one error, ``<file>:<line>:<column>: <protobuf's reason>``."""
+    try:
+        path = config_path(repository, model, config_name)
+        if path.is_file():
+            load_config(path)
+        return check_model(repository, model, config_name)
+    except ConfigParseError as exc:
+        return [Finding("error", model, str(exc))]
+
+
 def run(repository: Path, models: Sequence[str], config_name: str | None) -> list[Finding]:
     """All findings for ``models`` (and what they depend on) under ``config_name``."""
     findings: list[Finding] = []
@@ -108,7 +120,7 @@ def run(repository: Path, models: Sequence[str], config_name: str | None) -> lis
         m for m in dependencies(repository, models, config_name) if (repository / m).is_dir()
     ]
     for model in closure:
-        findings += check_model(repository, model, config_name)
+        findings += [f for f in check_parsed(repository, model, config_name) if f not in findings]
     findings.append(check_shm(python_instances(repository, closure, config_name)))
     return findings
 

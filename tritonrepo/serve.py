@@ -2,6 +2,9 @@
 
 Options, the repository key (:mod:`tritonrepo.repository_key`) and the lifecycle of one
 :class:`tritonrepo.launcher.TritonServer`; every failure is one line on stderr and exit code 1.
+By default HTTP is served through the HTTP guard (nginx + njs: :mod:`tritonrepo.http_guard`) and
+a ``tritonserver`` that dies is restarted (:mod:`tritonrepo.server_restart`); the restart lines
+go to stderr, and when the crash-loop bound is reached ``serve`` exits 1 saying so.
 """
 
 from __future__ import annotations
@@ -58,6 +61,34 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--startup-timeout", type=float, default=180.0, help="seconds")
     p.add_argument(
+        "--exit-timeout",
+        type=int,
+        default=30,
+        help="seconds Triton waits on stop for in-flight requests and open HTTP connections "
+        "(--exit-timeout-secs; default 30); it is killed 10 s after that",
+    )
+    p.add_argument(
+        "--no-restart",
+        action="store_true",
+        help="do not restart a tritonserver that dies (by default it is restarted on the same "
+        "ports with exponential backoff from 1 s to 30 s, up to --restart-limit times in 10 "
+        "minutes)",
+    )
+    p.add_argument(
+        "--restart-limit",
+        type=int,
+        default=5,
+        help="restarts allowed within 10 minutes; the next crash is a crash loop and serve "
+        "exits 1 (default 5)",
+    )
+    p.add_argument(
+        "--no-http-guard",
+        action="store_true",
+        help="serve HTTP from tritonserver directly instead of through the HTTP guard (nginx + "
+        "njs, which refuses requests that end Triton 2.51); only on a loopback address unless "
+        "--insecure",
+    )
+    p.add_argument(
         "--heal-interval",
         type=float,
         default=10.0,
@@ -81,8 +112,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--insecure",
         action="store_true",
-        help="allow --no-repository-key on a non-loopback address (anyone who reaches the ports "
-        "may load models, register shared memory and change logging)",
+        help="allow --no-repository-key or --no-http-guard on a non-loopback address (anyone "
+        "who reaches the ports may load models, register shared memory and change logging, or "
+        "end the server with one request)",
     )
     keys = p.add_mutually_exclusive_group()
     keys.add_argument(
@@ -112,14 +144,24 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def exposure_problem(host: str, open_admin: bool, insecure: bool) -> str | None:
-    """Why serving on ``host`` must be refused, or None: the admin APIs without a key on an
-    address other machines can reach, unless ``insecure``."""
-    if open_admin and not is_loopback(host) and not insecure:
+def exposure_problem(
+    host: str, open_admin: bool, insecure: bool, unguarded: bool = False
+) -> str | None:
+    """Why serving on ``host`` must be refused, or None: the admin APIs without a key, or HTTP
+    without the guard, on an address other machines can reach, unless ``insecure``."""
+    if insecure or is_loopback(host):
+        return None
+    if open_admin:
         return (
             f"refusing to serve on {host} with --no-repository-key: anyone who reaches the "
             "ports could load models, register shared memory and change logging; drop "
             "--no-repository-key (the key locks those APIs), or add --insecure"
+        )
+    if unguarded:
+        return (
+            f"refusing to serve on {host} with --no-http-guard: one request of about 200 bytes "
+            "can end Triton 2.51 (see docs/operations/recovery.md); drop --no-http-guard, or "
+            "add --insecure"
         )
     return None
 
@@ -143,9 +185,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Serve until SIGINT/SIGTERM; exit 1 with a one-line reason if the server cannot start."""
     args = parse_args(argv)
     host = "0.0.0.0" if args.expose else args.host
-    problem = exposure_problem(host, args.no_repository_key, args.insecure)
+    problem = exposure_problem(host, args.no_repository_key, args.insecure, args.no_http_guard)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
+        return 1
+    if args.exit_timeout < 0 or args.restart_limit < 0:
+        print("error: --exit-timeout and --restart-limit must be >= 0", file=sys.stderr)
         return 1
     if (args.grpc_tls_cert is None) != (args.grpc_tls_key is None) or (
         args.grpc_tls_client_ca and args.grpc_tls_cert is None
@@ -180,6 +225,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         grpc_tls=tls,
         heal_interval_s=args.heal_interval or None,
         heal_metrics_port=args.heal_metrics_port or None,
+        exit_timeout_s=args.exit_timeout,
+        restart_on_crash=not args.no_restart,
+        restart_limit=args.restart_limit,
+        http_guard=not args.no_http_guard,
     )
     server = TritonServer(options)
     print(
@@ -202,6 +251,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"a key), metrics :{options.metrics_port} (no key)",
             flush=True,
         )
+    if options.http_guard:
+        print(
+            f"HTTP is behind the HTTP guard (nginx + njs) on {host}:{options.http_port}, "
+            f"forwarding to tritonserver on {server.triton_http_url} (--no-http-guard = off)",
+            flush=True,
+        )
     if options.heal_interval_s:
         print(
             f"self-healing: every {options.heal_interval_s:g} s, a probe per model; a step whose "
@@ -209,11 +264,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             + (f"; its metrics: {options.heal_metrics_url}" if options.heal_metrics_url else ""),
             flush=True,
         )
+    if options.restart_on_crash:
+        print(
+            f"restart on crash: a tritonserver that dies is restarted on the same ports (up to "
+            f"{options.restart_limit} times in {options.restart_window_s:g} s), logged as "
+            "'tritonserver died: ...' (--no-restart = off)",
+            flush=True,
+        )
     print(
         f"ready: HTTP {options.http_url}  gRPC {options.grpc_url}  "
         f"metrics {options.metrics_url}  (Ctrl-C to stop)",
         flush=True,
     )
+    return serve_until_stopped(server)
+
+
+def serve_until_stopped(server: TritonServer) -> int:
+    """Wait for SIGINT/SIGTERM (exit 0 after a clean stop) or for the server to be down for
+    good (exit 1: it died without restarts, or restarting it reached the crash-loop bound)."""
+    options = server.options
     stopping = False
 
     def _stop(signum: int, _frame: object) -> None:
@@ -222,23 +291,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    down = None
     try:
-        while not stopping and server.process is not None and server.process.poll() is None:
+        while not stopping and down is None:
             time.sleep(0.5)
+            down = server.down_reason()
     finally:
-        crashed = server.process is not None and server.process.poll() is not None
-        if not crashed:
-            # Triton waits for in-flight requests up to its exit timeout (30 s); after a
-            # self-healing reload 2.51 counts the reloaded ensemble as live until then.
-            print("stopping tritonserver (up to 30 s)", flush=True)
+        if down is None:
+            print(
+                f"stopping tritonserver (in-flight requests and open HTTP connections get up to "
+                f"{options.exit_timeout_s} s; killed after {options.stop_bound_s:g} s)",
+                flush=True,
+            )
+        started = time.monotonic()
         code = server.stop()
-    if crashed:
-        print(
-            f"error: tritonserver exited unexpectedly with code {code}; see {options.log_file}",
-            file=sys.stderr,
-        )
+    if down is not None:
+        print(f"error: {down}", file=sys.stderr)
         return 1
-    print("tritonserver stopped", flush=True)
+    print(
+        f"tritonserver stopped in {time.monotonic() - started:.1f} s (exit code {code})",
+        flush=True,
+    )
     return 0
 
 

@@ -16,6 +16,9 @@ DEFAULT_MODELS = ("text_embedding", "ctr_ranking", "ctr_session", "image_classif
 # this pool, and a 512 x 256 x 384 FP16 batch of token embeddings alone is 100 MB (Triton's
 # default pool is 64 MiB).
 GPU_CONFIG_SETS = {"torch_gpu": 1 << 30}
+# Seconds past Triton's exit timeout before the launcher kills it: after the timeout 2.51 still
+# stops gRPC and metrics and exits (measured: under 2 s on two cores; the margin is generous).
+STOP_MARGIN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,27 @@ class ServerOptions:
     ``heal_backoff_s``: seconds before the supervisor retries a step whose reload failed
     (doubled each time, 3 attempts).
     ``heal_metrics_port``: TCP port on ``host`` where the supervisor serves its Prometheus
-    metrics (``tritonrepo_model_ready``, ``tritonrepo_step_restarts_total``:
-    :mod:`tritonrepo_client.heal_metrics`); None = not served.
+    metrics (``tritonrepo_model_ready``, ``tritonrepo_step_restarts_total``,
+    ``tritonrepo_server_restarts_total``: :mod:`tritonrepo_client.heal_metrics`); None = not
+    served.
+    ``exit_timeout_s``: Triton's ``--exit-timeout-secs``, whole seconds: on SIGTERM, 2.51 first
+    waits for its open HTTP connections to close (idle keep-alive ones included), then for the
+    models to unload, both out of this one budget (server ``src/main.cc``, ``http_server.cc``
+    ``HTTPServer::Stop``, core ``InferenceServer::Stop``, release r24.10).
+    ``stop_timeout_s``: seconds :meth:`TritonServer.stop` waits after SIGTERM before SIGKILL;
+    None = ``exit_timeout_s + STOP_MARGIN_S``, so Triton's own exit timeout always runs out
+    first (:attr:`stop_bound_s`).
+    ``restart_on_crash``: restart a ``tritonserver`` that exits while not being stopped (a
+    crash such as SIGFPE or SIGSEGV, or a kill), on the same ports with the same command line,
+    and load again the models that were served (:mod:`tritonrepo.server_restart`).
+    ``restart_backoff_s``: seconds before the first restart; doubled for each further crash
+    within ``restart_window_s``, capped at ``restart_max_backoff_s``.
+    ``restart_limit``: restarts allowed within ``restart_window_s`` seconds; the next crash
+    inside the window is a crash loop and the launcher gives up (``TritonServer.failure``).
+    ``http_guard``: put the HTTP endpoint behind the HTTP guard (nginx + njs,
+    :mod:`tritonrepo.http_guard`): it listens on ``host:http_port`` and forwards to
+    ``tritonserver``, whose own HTTP endpoint then binds to 127.0.0.1 on a private free port.
+    ``http_url`` is the guard's; gRPC and metrics are unchanged.
     """
 
     model_repository: Path = MODEL_REPOSITORY
@@ -66,13 +88,28 @@ class ServerOptions:
     repository_key: str | None = None
     log_verbose: int = 0
     startup_timeout_s: float = 180.0
-    stop_timeout_s: float = 30.0
+    stop_timeout_s: float | None = None
+    exit_timeout_s: int = 30
     extra_args: Sequence[str] = field(default_factory=tuple)
     cuda_memory_pool_bytes: int | None = None
     grpc_tls: GrpcServerTls | None = None
     heal_interval_s: float | None = None
     heal_backoff_s: float = 30.0
     heal_metrics_port: int | None = None
+    restart_on_crash: bool = False
+    restart_backoff_s: float = 1.0
+    restart_max_backoff_s: float = 30.0
+    restart_limit: int = 5
+    restart_window_s: float = 600.0
+    http_guard: bool = False
+
+    @property
+    def stop_bound_s(self) -> float:
+        """Seconds :meth:`TritonServer.stop` may take at most after SIGTERM: ``stop_timeout_s``,
+        or Triton's exit timeout plus ``STOP_MARGIN_S`` (after which it is killed)."""
+        if self.stop_timeout_s is not None:
+            return self.stop_timeout_s
+        return self.exit_timeout_s + STOP_MARGIN_S
 
     @property
     def client_host(self) -> str:

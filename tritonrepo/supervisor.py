@@ -4,7 +4,12 @@ with the repository key. It writes each restore (or failed one) as one ``heal:``
 launcher's stderr and, when ``heal_metrics_port`` is set, publishes what it saw as Prometheus
 metrics (:mod:`tritonrepo_client.heal_metrics`). Besides the probe inferences it watches the
 server's stub processes (:class:`StubWatch`): under load, probes of a model with two instances
-keep landing on the healthy one."""
+keep landing on the healthy one.
+
+While the launcher restarts a ``tritonserver`` that died (:mod:`tritonrepo.server_restart`) the
+supervisor is paused (its models count as not ready), and resumed with a fresh stub watch once
+the new process serves; it counts each restart in ``tritonrepo_server_restarts_total``. A pass
+that fails in any way is logged and the next one runs: the thread only ends when stopped."""
 
 from __future__ import annotations
 
@@ -50,11 +55,13 @@ class Supervisor:
     """The healing thread of one server.
 
     Args:
-        options: the server's ``tritonrepo.launcher.ServerOptions`` (URL, key, models,
-            ``heal_backoff_s``).
+        options: the server's ``tritonrepo.launcher.ServerOptions`` (key, models, host,
+            ``heal_backoff_s``, ``heal_metrics_port``).
         list_stubs: the server's live stub processes.
         reports: list the step reports (``tritonrepo_client.healing.StepReport``) are
             appended to.
+        url: ``host:port`` of the HTTP endpoint to heal through (default ``options.http_url``:
+            the HTTP guard when there is one).
     """
 
     def __init__(
@@ -62,11 +69,18 @@ class Supervisor:
         options: Any,
         list_stubs: Callable[[], list[StubProcess]],
         reports: list,
+        url: str | None = None,
     ) -> None:
+        from tritonrepo_client.heal_metrics import HealMetrics
+
         self.options = options
+        self.url = url or options.http_url
         self._list_stubs = list_stubs
         self.reports = reports
+        self.metrics = HealMetrics(options.models)
         self._stop = threading.Event()
+        self._paused = threading.Event()
+        self._fresh_watch = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self, interval_s: float) -> None:
@@ -77,6 +91,10 @@ class Supervisor:
         )
         self._thread.start()
 
+    def signal_stop(self) -> None:
+        """Tell the thread to stop after the pass in progress, without waiting."""
+        self._stop.set()
+
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop, waiting up to ``timeout_s`` seconds for a reload in progress (a daemon thread
         cannot keep the process alive)."""
@@ -85,16 +103,29 @@ class Supervisor:
             self._thread.join(timeout_s)
             self._thread = None
 
+    def pause(self) -> None:
+        """Skip passes (the server is down and being restarted); every model reads not ready."""
+        self._paused.set()
+        self.metrics.unreachable()
+
+    def resume(self) -> None:
+        """Pass again, with a fresh watch of the stubs (the restarted server's)."""
+        self._fresh_watch.set()
+        self._paused.clear()
+
+    def server_restarted(self, restart: Any) -> None:
+        """Count a restart of tritonserver (a ``tritonrepo.server_restart.ServerRestart``)."""
+        self.metrics.server_restarted(restart.signal, restart.ready_s)
+
     def _run(self, interval_s: float) -> None:
-        from tritonrepo_client.connection import TritonConnection
-        from tritonrepo_client.heal_metrics import HealMetrics
+        from tritonrepo_client.connection import ClientError, TritonConnection
         from tritonrepo_client.healing import ChangeLog, Healer
         from tritonrepo_client.repository import RepositoryClient
 
         o = self.options
+        metrics = self.metrics
         changes = ChangeLog()
         last_error = [""]
-        metrics = HealMetrics(o.models)
 
         def on_report(report: Any) -> None:
             self.reports.extend(report.steps)
@@ -104,17 +135,20 @@ class Supervisor:
                 log(f"heal: {line}")
 
         def on_error(exc: Exception) -> None:
-            metrics.failed_pass(exc)
-            if str(exc) != last_error[0] and not self._stop.is_set():
-                log(f"heal: pass failed: {exc}")
-            last_error[0] = str(exc)
+            if isinstance(exc, ClientError):
+                metrics.failed_pass(exc)
+            text = str(exc) if isinstance(exc, ClientError) else f"{type(exc).__name__}: {exc}"
+            quiet = self._stop.is_set() or self._paused.is_set()
+            if text != last_error[0] and not quiet:
+                log(f"heal: pass failed: {text}")
+            last_error[0] = text
 
         try:
             if o.heal_metrics_port is not None:
                 metrics.serve(o.heal_metrics_port, o.host)
             with (
-                RepositoryClient(o.http_url, "http", key=o.repository_key or "") as repo,
-                TritonConnection(o.http_url, "http", timeout_s=30.0) as conn,
+                RepositoryClient(self.url, "http", key=o.repository_key or "") as repo,
+                TritonConnection(self.url, "http", timeout_s=30.0) as conn,
             ):
                 healer = Healer(
                     repo,
@@ -124,7 +158,17 @@ class Supervisor:
                     dead_instances=StubWatch(self._list_stubs),
                 )
                 metrics.track_loaded(healer)
-                healer.watch(interval_s, self._stop, on_report, on_error)
+                while not self._stop.is_set():
+                    if self._fresh_watch.is_set():
+                        self._fresh_watch.clear()
+                        healer.dead_instances = StubWatch(self._list_stubs)
+                        metrics.track_loaded(healer)
+                    if not self._paused.is_set():
+                        try:
+                            on_report(healer.heal_once())
+                        except Exception as exc:  # a failed pass must not end the thread
+                            on_error(exc)
+                    self._stop.wait(interval_s)
         except Exception as exc:  # the supervisor must say why it stopped, not vanish
             log(f"heal: supervisor stopped: {type(exc).__name__}: {exc}")
         finally:

@@ -18,7 +18,9 @@ wheels=$out/wheels
 rm -rf "$out" && mkdir -p "$wheels" "$out"/part{1,2,3}
 platforms=(--platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64
            --platform manylinux_2_28_x86_64 --platform manylinux_2_35_x86_64)
-pin() { grep -E "^$1==" requirements.txt | sed 's/[[:space:]].*//'; }
+# The first pin of a package, marker dropped: the embedded 2.51 stack's (protobuf 4.25.9 for
+# tritonclient 2.51.0; the later protobuf pin is the NGC 26.05 images').
+pin() { grep -E "^$1==" requirements.txt | head -n 1 | sed 's/[;[:space:]].*//'; }
 "$PY" -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PYVER" \
   "${platforms[@]}" -d "$wheels" "$(pin nvidia-pytriton)" "$(pin numpy)" tritonclient==2.51.0 \
   "$(pin protobuf)" "$(pin nvidia-cuda-runtime-cu12)" "$(pin pytest)" "$(pin hypothesis)" \

@@ -10,6 +10,8 @@ size, and ``load()`` runs only after the checks). Then it applies the EXIF orien
 converts every mode to 8-bit RGB: grayscale and 1-bit to gray RGB, palette through its colours,
 CMYK and YCbCr through Pillow's conversions, 16-bit grayscale scaled by 1/257, and transparent
 images (RGBA, LA, PA, palette or RGB with a transparent colour) composited onto white.
+A file that fails to open or decode and starts like a JPEG, PNG or WebP but lacks its end is
+refused as truncated, with its size (:func:`truncation`).
 """
 
 from __future__ import annotations
@@ -83,10 +85,20 @@ def _open(data: bytes, min_side: int | None) -> Image.Image:
                 f"decoding (decompression bomb guard: {exc})"
             ) from exc
         except Image.UnidentifiedImageError as exc:
+            truncated = truncation(data)
+            if truncated:
+                raise InvalidRequest(truncated) from exc
+            if _format(data) != "image":  # the signature of one, a header Pillow cannot read
+                raise InvalidRequest(
+                    f"has an unreadable {_format(data)} header ({len(data):,} bytes): corrupt file"
+                ) from exc
             raise InvalidRequest(
                 f"is not a JPEG, PNG or WebP image ({len(data):,} bytes starting {data[:8]!r})"
             ) from exc
         except (OSError, SyntaxError, ValueError) as exc:  # broken headers
+            truncated = truncation(data)
+            if truncated:
+                raise InvalidRequest(truncated) from exc
             raise InvalidRequest(f"has an unreadable {_format(data)} header: {exc}") from exc
         check_dimensions(*image.size)
         if min_side is not None and image.format == "JPEG":
@@ -97,17 +109,68 @@ def _open(data: bytes, min_side: int | None) -> Image.Image:
         try:
             image.load()
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+            truncated = truncation(data)
+            if truncated:
+                raise InvalidRequest(truncated) from exc
             raise InvalidRequest(
                 f"could not be decoded as {image.format}: {exc} (truncated or corrupt file?)"
             ) from exc
     return image
 
 
+# Signatures and end markers of the accepted formats: PNG ends with its IEND chunk (PNG
+# specification, 3rd ed., 5.2 and 11.2.5: length 0, type, CRC); JPEG with the EOI marker
+# (ITU-T T.81, B.2.1); a RIFF file's bytes 4..8 give its size minus 8, little-endian (WebP
+# container specification, "RIFF header").
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
+JPEG_SIGNATURE = b"\xff\xd8\xff"
+JPEG_END = b"\xff\xd9"
+
+
+def truncation(data: bytes) -> str | None:
+    """A sentence saying that ``data`` is a cut-off JPEG, PNG or WebP file, or None.
+
+    A file is truncated when it starts with a format's signature (or is shorter than the
+    signature and a prefix of it) but lacks the format's end: PNG's IEND chunk, JPEG's EOI
+    marker, or the size a WebP's RIFF header declares. Such a file fails to decode; this names
+    the cause instead of calling it "not an image".
+    """
+    n = len(data)
+    if data.startswith(PNG_SIGNATURE) or (
+        n < len(PNG_SIGNATURE) and PNG_SIGNATURE.startswith(data)
+    ):
+        if not data.endswith(PNG_END):
+            return (
+                f"is a truncated PNG image ({n:,} bytes; a PNG ends with an IEND chunk): "
+                "send the whole file"
+            )
+        return None
+    if data.startswith(JPEG_SIGNATURE) or (
+        n < len(JPEG_SIGNATURE) and data.startswith(b"\xff\xd8")
+    ):
+        # A JPEG may carry bytes after EOI; only a file with no EOI at all is called cut off.
+        if JPEG_END not in data[2:]:
+            return (
+                f"is a truncated JPEG image ({n:,} bytes; a JPEG ends with an EOI marker): "
+                "send the whole file"
+            )
+        return None
+    if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
+        declared = int.from_bytes(data[4:8], "little") + 8
+        if n < declared:
+            return (
+                f"is a truncated WebP image ({n:,} bytes of the {declared:,} its RIFF header "
+                "declares): send the whole file"
+            )
+    return None
+
+
 def _format(data: bytes) -> str:
-    for magic, name in ((b"\xff\xd8", "JPEG"), (b"\x89PNG", "PNG"), (b"RIFF", "WebP")):
+    for magic, name in ((b"\xff\xd8", "JPEG"), (b"\x89PNG", "PNG")):
         if data.startswith(magic):
             return name
-    return "image"
+    return "WebP" if data.startswith(b"RIFF") and data[8:12] == b"WEBP" else "image"
 
 
 def to_rgb(image: Image.Image) -> Image.Image:

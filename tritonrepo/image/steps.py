@@ -11,7 +11,7 @@ import numpy as np
 from tritonrepo.errors import InvalidRequest
 from tritonrepo.image import spec
 from tritonrepo.image.labels import read_labels
-from tritonrepo.image.postprocess import check_top_k, top_k
+from tritonrepo.image.postprocess import check_top_k, softmax, top_k
 from tritonrepo.image.preprocess import preprocess_batch
 from tritonrepo.triton_step import Outputs, PythonStep
 
@@ -51,8 +51,10 @@ class PreprocessStep(PythonStep):
 
 class PostprocessStep(PythonStep):
     """``logits`` FP32 ``[b, 1000]`` + ``K`` INT32 ``[b, 1]`` → ``LABELS`` BYTES ``[b, K]``
-    (ImageNet class names from ``labels.txt`` in the version folder) and ``SCORES`` FP32
-    ``[b, K]`` (softmax probabilities, descending).
+    (ImageNet class names from ``labels.txt`` in the version folder), ``SCORES`` FP32
+    ``[b, K]`` (softmax probabilities, descending) and ``PROBABILITIES`` FP32 ``[b, 1000]``
+    (the whole softmax by class index, when the config declares it: the output that Triton's
+    classification extension ranks, with the labels of its ``label_filename``).
 
     Raises (per request): InvalidRequest when the logits are not ``[b, 1000]``.
     """
@@ -60,13 +62,17 @@ class PostprocessStep(PythonStep):
     def setup(self) -> None:
         labels = read_labels(self.artifact(self.parameter("labels_file", spec.LABELS_FILE)))
         self.labels = np.array([label.encode() for label in labels], dtype=np.object_)
+        self.full = "PROBABILITIES" in self.output_dtypes
 
     def prepare(self, inputs: dict[str, np.ndarray]) -> Outputs:
         logits = inputs[spec.CORE_OUTPUT]
         if logits.ndim != 2 or logits.shape[1] != len(self.labels):
             raise InvalidRequest(f"logits must be [b, {len(self.labels)}], got {logits.shape}")
         indices, probs = top_k(logits, check_top_k(inputs["K"]))
-        return {"LABELS": self.labels[indices], "SCORES": probs}
+        out = {"LABELS": self.labels[indices], "SCORES": probs}
+        if self.full:
+            out["PROBABILITIES"] = softmax(logits)
+        return out
 
     def run(self, items: list[Outputs]) -> list[Outputs | Exception]:
         return list(items)

@@ -1,0 +1,394 @@
+// KServe v2 request checks in front of Triton's HTTP endpoint (nginx njs, 0.7.9 and later).
+//
+// nginx.conf.template routes here:
+//   infer(r)     POST /v2/models/<m>[/versions/<v>]/infer, .../generate, .../generate_stream
+//   jsonBody(r)  every other POST (repository, trace, logging, shared-memory APIs)
+// Each handler either refuses the request (400 and {"error": "..."}, the way Triton's HTTP
+// frontend phrases its errors) or hands it, body unchanged, to the location @triton.
+// What each check covers (the Triton fix, the release that has it): docs/operations/http_guard.md.
+//
+// Settings, rendered into the config as js_var (tritonrepo/http_guard_config.py):
+//   $guard_max_depth         deepest JSON nesting accepted (objects and arrays), levels
+//   $guard_max_tensor_bytes  largest input tensor (elements x datatype size), bytes
+
+// Bytes per element (KServe v2 datatypes, Triton's TRITONSERVER_DataTypeByteSize); BYTES
+// elements have no fixed size (4-byte length prefix + the bytes in binary form).
+const DTYPE_SIZE = {
+    BOOL: 1, UINT8: 1, INT8: 1, UINT16: 2, INT16: 2, FP16: 2, BF16: 2,
+    UINT32: 4, INT32: 4, FP32: 4, UINT64: 8, INT64: 8, FP64: 8, BYTES: 0,
+};
+const BYTES_PREFIX = 4;  // length prefix of one BYTES element in binary form
+const MAX_EXACT = 9007199254740991;  // 2^53 - 1: integers a double holds exactly
+const INFER_PATH = /^\/v2\/models\/([^\/]+)(?:\/versions\/([0-9]+))?\/(infer|generate|generate_stream)$/;
+const SAFE_NAME = /^[A-Za-z0-9_.\-]+$/;
+
+function setting(r, name, fallback) {
+    const value = Number(r.variables[name]);
+    return Number.isFinite(value) && value > 0 ? value : fallback;
+}
+
+function refuse(r, rule, message) {
+    r.variables.guard_rule = rule;
+    r.warn(`http guard refused ${r.method} ${r.uri} (${rule}): ${message}`);
+    r.headersOut['Content-Type'] = 'application/json';
+    r.return(400, JSON.stringify({ error: `http guard: ${message}` }));
+}
+
+function pass(r) {
+    r.internalRedirect('@triton');
+}
+
+function isObject(v) {
+    return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+function isUint(v) {
+    return typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= MAX_EXACT;
+}
+
+// Keys and the colons inside strings (keys and values) of a parsed JSON value, and its
+// deepest nesting (the top level = 1), into `acc`; stops descending past `limit`. A JSON text
+// without duplicate keys has exactly keys + colons-in-strings colons. Linear in the elements
+// (njs 0.7's global regular expressions are quadratic in their matches, so none are used).
+function census(value, depth, limit, acc) {
+    if (depth > acc.depth) {
+        acc.depth = depth;
+    }
+    if (depth > limit) {
+        return;
+    }
+    const visit = (e) => {
+        if (typeof e === 'string') {
+            if (e.indexOf(':') !== -1) {
+                acc.colons += e.split(':').length - 1;
+            }
+        } else if (e !== null && typeof e === 'object') {
+            census(e, depth + 1, limit, acc);
+        }
+    };
+    if (Array.isArray(value)) {
+        for (let i = 0; i < value.length; i++) {
+            visit(value[i]);
+        }
+    } else {
+        for (const key in value) {
+            acc.colons += 1;
+            visit(key);
+            visit(value[key]);
+        }
+    }
+}
+
+function occurrences(text, part) {
+    return text.split(part).length - 1;
+}
+
+// Parse the request JSON, or say why not: { error: [rule, message] }. Refuses nesting deeper
+// than $guard_max_depth (njs' own JSON.parse stops at 31 levels) and duplicate keys: Triton's
+// parser (rapidjson) reads the first of two equal keys, JavaScript the last, so a duplicate
+// could show this guard one value and Triton another.
+function parseJson(r, text) {
+    const limit = setting(r, 'guard_max_depth', 20);
+    const tooDeep = { error: ['json_depth', `JSON nesting is deeper than ${limit} levels`] };
+    let checked = text;
+    let value;
+    try {
+        value = JSON.parse(checked);
+    } catch (e) {
+        if (/too deep/i.test(e.message)) {
+            return tooDeep;
+        }
+        if (checked.indexOf('NaN') === -1 && checked.indexOf('Infinity') === -1) {
+            return { error: ['json_syntax', `failed to parse the request JSON: ${e.message}`] };
+        }
+        // Triton's parser takes NaN and Infinity (rapidjson kParseNanAndInfFlag) and
+        // tritonclient sends them for FP32/FP64 JSON data; JSON.parse does not. Checked as 0.
+        checked = checked.split('-Infinity').join('0').split('Infinity').join('0')
+            .split('NaN').join('0');
+        try {
+            value = JSON.parse(checked);
+        } catch (e2) {
+            return /too deep/i.test(e2.message) ? tooDeep
+                : { error: ['json_syntax', `failed to parse the request JSON: ${e2.message}`] };
+        }
+    }
+    const acc = { colons: 0, depth: 0 };
+    if (value !== null && typeof value === 'object') {
+        census(value, 1, limit, acc);
+    }
+    if (acc.depth > limit) {
+        return tooDeep;
+    }
+    // A colon written as \u003a is one in the parsed strings but none in the text.
+    const escaped = occurrences(checked, '\\u003a') + occurrences(checked, '\\u003A');
+    if (occurrences(checked, ':') + escaped !== acc.colons) {
+        return { error: ['json_duplicate_key', 'the request JSON has a duplicate key'] };
+    }
+    return { value: value };
+}
+
+// Element count of `shape` (double math, exact below 2^53), or [rule, message].
+function elementCount(name, shape) {
+    if (!Array.isArray(shape)) {
+        return { error: ['shape_type', `Unable to parse 'shape' of input '${name}': expected an array`] };
+    }
+    let count = 1;
+    for (let i = 0; i < shape.length; i++) {
+        const d = shape[i];
+        if (typeof d !== 'number' || !Number.isInteger(d)) {
+            return { error: ['shape_type', `Unable to parse 'shape' of input '${name}': dimensions are integers`] };
+        }
+        if (d < 0) {
+            return { error: ['shape_negative', `input '${name}' has a negative dimension in shape ${JSON.stringify(shape)}`] };
+        }
+        if (d > MAX_EXACT) {
+            return { error: ['shape_overflow', `input '${name}' has a dimension above 2^53 in shape ${JSON.stringify(shape)}`] };
+        }
+        count *= d;
+    }
+    if (count > MAX_EXACT) {
+        return { error: ['shape_overflow', `shape ${JSON.stringify(shape)} of input '${name}' has more than 2^53 elements`] };
+    }
+    return { count: count };
+}
+
+// One input of an infer request; returns [rule, message] or null, adds binary_data_size to
+// totals.binary.
+function checkInput(r, input, jsonBytes, totals) {
+    if (!isObject(input)) {
+        return ['input_type', "Unable to parse 'inputs': each input is an object"];
+    }
+    const name = input.name;
+    if (typeof name !== 'string') {
+        return ['input_name', "Unable to parse 'name' of an input: expected a string"];
+    }
+    const datatype = input.datatype;
+    if (typeof datatype !== 'string' || !(datatype in DTYPE_SIZE)) {
+        return ['datatype', `input '${name}' has an unknown datatype ${JSON.stringify(datatype)}`];
+    }
+    const shape = elementCount(name, input.shape);
+    if (shape.error) {
+        return shape.error;
+    }
+    const elements = shape.count;
+    const size = DTYPE_SIZE[datatype];
+    const params = input.parameters;
+    if (params !== undefined && !isObject(params)) {
+        return ['parameters_type', `'parameters' of input '${name}' must be an object`];
+    }
+    const hasData = 'data' in input;
+    const hasBinary = params !== undefined && 'binary_data_size' in params;
+    const hasShm = params !== undefined && 'shared_memory_region' in params;
+    if (hasData + hasBinary + hasShm !== 1) {
+        return ['input_content', `input '${name}' must set exactly one of 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'`];
+    }
+    if (hasData && elements > jsonBytes) {
+        // Every element of JSON 'data' takes at least one byte of the request JSON.
+        return ['shape_vs_body', `shape ${JSON.stringify(input.shape)} of input '${name}' has ${elements} elements, more than a request JSON of ${jsonBytes} bytes can hold`];
+    }
+    if (hasBinary) {
+        const declared = params.binary_data_size;
+        if (!isUint(declared)) {
+            return ['binary_data_size', `Unable to parse 'binary_data_size' of input '${name}': expected an unsigned integer`];
+        }
+        const needed = elements * (size || BYTES_PREFIX);
+        if (needed > declared) {
+            return ['shape_vs_binary_size', `shape ${JSON.stringify(input.shape)} of input '${name}' (${datatype}) needs at least ${needed} bytes, 'binary_data_size' is ${declared}`];
+        }
+        totals.binary += declared;
+    }
+    const maxTensor = setting(r, 'guard_max_tensor_bytes', 1 << 30);
+    const bytes = elements * Math.max(size, 1);
+    if (bytes > maxTensor) {
+        return ['tensor_too_large', `shape ${JSON.stringify(input.shape)} of input '${name}' (${datatype}) is ${bytes} bytes, more than the ${maxTensor} bytes allowed`];
+    }
+    return null;
+}
+
+// Request-level parameters Triton reads with a fixed JSON type (HTTPAPIServer::
+// ParseJsonTritonParams); [rule, message] or null.
+function checkRequestParameters(params) {
+    if (params === undefined) {
+        return null;
+    }
+    if (!isObject(params)) {
+        return ['parameters_type', "'parameters' must be an object"];
+    }
+    const kinds = {
+        sequence_start: 'bool', sequence_end: 'bool', binary_data_output: 'bool',
+        priority: 'uint', timeout: 'uint',
+    };
+    for (const key in kinds) {
+        if (key in params) {
+            const v = params[key];
+            const ok = kinds[key] === 'bool' ? typeof v === 'boolean' : isUint(v);
+            if (!ok) {
+                return ['parameter_type', `Unable to parse '${key}': expected ${kinds[key] === 'bool' ? 'a boolean' : 'an unsigned integer'}`];
+            }
+        }
+    }
+    if ('sequence_id' in params && !isUint(params.sequence_id) && typeof params.sequence_id !== 'string') {
+        return ['parameter_type', "Unable to parse 'sequence_id': expected an unsigned integer or a string"];
+    }
+    return null;
+}
+
+// Requested outputs; returns { error } or { classified: [names] } (class_count > 0).
+function checkOutputs(outputs) {
+    const classified = [];
+    if (outputs === undefined) {
+        return { classified: classified };
+    }
+    if (!Array.isArray(outputs)) {
+        return { error: ['outputs_type', "Unable to parse 'outputs': expected an array"] };
+    }
+    for (let i = 0; i < outputs.length; i++) {
+        const output = outputs[i];
+        if (!isObject(output) || typeof output.name !== 'string') {
+            return { error: ['output_name', "Unable to parse 'name' of an output: expected a string"] };
+        }
+        const params = output.parameters;
+        if (params === undefined) {
+            continue;
+        }
+        if (!isObject(params)) {
+            return { error: ['parameters_type', `'parameters' of output '${output.name}' must be an object`] };
+        }
+        if ('binary_data' in params && typeof params.binary_data !== 'boolean') {
+            return { error: ['parameter_type', `Unable to set 'binary_data' of output '${output.name}': expected a boolean`] };
+        }
+        if ('classification' in params) {
+            if (!isUint(params.classification)) {
+                return { error: ['classification_type', `Unable to set 'classification' of output '${output.name}': expected an unsigned integer`] };
+            }
+            if (params.classification > 0) {
+                classified.push(output.name);
+            }
+        }
+    }
+    return { classified: classified };
+}
+
+// The infer request's checks; [rule, message] or { classified }.
+function checkInferRequest(r, request, jsonBytes, bodyBytes, headerGiven) {
+    if (!isObject(request)) {
+        return { error: ['json_type', 'the request JSON must be an object'] };
+    }
+    if (!Array.isArray(request.inputs)) {
+        return { error: ['inputs_type', "Unable to parse 'inputs': expected an array"] };
+    }
+    const totals = { binary: 0 };
+    for (let i = 0; i < request.inputs.length; i++) {
+        const error = checkInput(r, request.inputs[i], jsonBytes, totals);
+        if (error) {
+            return { error: error };
+        }
+    }
+    if (totals.binary > 0 && !headerGiven) {
+        return { error: ['binary_header', "inputs with 'binary_data_size' need the Inference-Header-Content-Length header"] };
+    }
+    if (headerGiven && totals.binary !== bodyBytes - jsonBytes) {
+        return { error: ['binary_size_sum', `the inputs' binary_data_size add up to ${totals.binary} bytes, the request carries ${bodyBytes - jsonBytes} bytes after its JSON header`] };
+    }
+    const paramError = checkRequestParameters(request.parameters);
+    if (paramError) {
+        return { error: paramError };
+    }
+    return checkOutputs(request.outputs);
+}
+
+// class_count on an output whose datatype is BYTES divides by zero in Triton 2.51
+// (TopkClassifications): ask the model's metadata for the outputs' datatypes first.
+async function checkClassified(r, model, version, names) {
+    const raw = r.variables.request_uri.split('?')[0];
+    if (raw !== r.uri || !SAFE_NAME.test(model)) {
+        refuse(r, 'classification_unverifiable', 'classification needs a plain path and a model name of letters, digits, _ . -');
+        return;
+    }
+    const path = `/_guard/metadata/${model}` + (version ? `/versions/${version}` : '');
+    const reply = await r.subrequest(path, { method: 'GET' });
+    let metadata;
+    try {
+        metadata = JSON.parse(reply.responseText);
+    } catch (e) {
+        metadata = null;
+    }
+    if (reply.status !== 200 || !isObject(metadata) || !Array.isArray(metadata.outputs)) {
+        const why = isObject(metadata) && metadata.error ? metadata.error : `status ${reply.status}`;
+        refuse(r, 'classification_unverifiable', `cannot read the output datatypes of model '${model}': ${why}`);
+        return;
+    }
+    for (let i = 0; i < names.length; i++) {
+        const found = metadata.outputs.filter((o) => isObject(o) && o.name === names[i]);
+        if (found.length !== 1) {
+            refuse(r, 'classification_output', `unexpected inference output '${names[i]}' for model '${model}'`);
+            return;
+        }
+        const datatype = found[0].datatype;
+        if (typeof datatype !== 'string' || datatype === 'BYTES' || !(datatype in DTYPE_SIZE)) {
+            refuse(r, 'classification_bytes', `class result not available for output '${names[i]}' due to unsupported type '${datatype}'`);
+            return;
+        }
+    }
+    pass(r);
+}
+
+function infer(r) {
+    if (r.method !== 'POST') {
+        return pass(r);
+    }
+    const body = r.requestBuffer;
+    const bodyBytes = body ? body.length : 0;
+    const headers = r.rawHeadersIn.filter((h) => h[0].toLowerCase() === 'inference-header-content-length');
+    let jsonBytes = bodyBytes;
+    if (headers.length > 1) {
+        return refuse(r, 'header_length', 'Inference-Header-Content-Length is given more than once');
+    }
+    if (headers.length === 1) {
+        const value = headers[0][1].trim();
+        if (!/^[0-9]{1,12}$/.test(value) || Number(value) > bodyBytes) {
+            return refuse(r, 'header_length', `inference header size should be in range (0, ${bodyBytes}), got: ${value}`);
+        }
+        jsonBytes = Number(value);
+        if (jsonBytes === 0) {
+            return pass(r);  // a raw binary request: the whole body is the model's one input
+        }
+    }
+    if (bodyBytes === 0) {
+        return pass(r);  // Triton answers an empty request itself
+    }
+    const text = jsonBytes === bodyBytes ? body.toString() : body.slice(0, jsonBytes).toString();
+    const parsed = parseJson(r, text);
+    if (parsed.error) {
+        return refuse(r, parsed.error[0], parsed.error[1]);
+    }
+    const route = INFER_PATH.exec(r.uri);
+    if (route && route[3] !== 'infer') {
+        return isObject(parsed.value) ? pass(r) : refuse(r, 'json_type', 'the request JSON must be an object');
+    }
+    const checked = checkInferRequest(r, parsed.value, jsonBytes, bodyBytes, headers.length === 1);
+    if (checked.error) {
+        return refuse(r, checked.error[0], checked.error[1]);
+    }
+    if (checked.classified.length === 0) {
+        return pass(r);
+    }
+    if (!route) {
+        return refuse(r, 'classification_unverifiable', 'classification needs a path /v2/models/<model>[/versions/<version>]/infer');
+    }
+    checkClassified(r, route[1], route[2], checked.classified)
+        .catch((e) => refuse(r, 'classification_unverifiable', `cannot read the output datatypes: ${e.message}`));
+}
+
+function jsonBody(r) {
+    const body = r.requestBuffer;
+    if (body && body.length > 0) {
+        const parsed = parseJson(r, body.toString());
+        if (parsed.error) {
+            return refuse(r, parsed.error[0], parsed.error[1]);
+        }
+    }
+    return pass(r);
+}
+
+export default { infer, jsonBody };

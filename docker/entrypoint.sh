@@ -64,4 +64,8 @@ config_name=""
 python -m tritonrepo.preflight --repository "$repo" --model-config-name "$config_name" \
   "${models[@]/#/--model=}" \
   || { echo "error: the preflight above failed; tritonserver was not started" >&2; exit 1; }
+# A restarted container of the same pod keeps its /dev/shm (Kubernetes mounts a memory emptyDir
+# that lives as long as the pod): the Python-backend regions of the server that died would
+# stay there, counted against that volume. No other server uses this /dev/shm.
+rm -f /dev/shm/triton_python_backend_shm_region_*
 exec tritonserver "${args[@]}" "$@"

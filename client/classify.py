@@ -36,6 +36,30 @@ def read_image(image: bytes | str | Path) -> bytes:
     return bytes(image) if isinstance(image, bytes | bytearray) else Path(image).read_bytes()
 
 
+def image_list(images: object, what: str = "classify()") -> list[bytes | str | Path]:
+    """``images`` as a list, checked: a list of images, not one image.
+
+    Raises:
+        ValueError: ``images`` is one image (a ``str``/``Path`` path or ``bytes``: iterating it
+            would send each character or byte as an image), an item is neither bytes nor a
+            path, or there are none.
+    """
+    if isinstance(images, str | bytes | bytearray | Path):
+        raise ValueError(
+            f"{what} takes a list of images (file bytes or paths), not one "
+            f"{type(images).__name__}: wrap it in a list, e.g. {what[:-2]}([image])"
+        )
+    items = list(images)  # type: ignore[call-overload]
+    for i, item in enumerate(items):
+        if not isinstance(item, str | bytes | bytearray | Path):
+            raise ValueError(
+                f"{what}: image {i} is a {type(item).__name__}; pass the file's bytes or its path"
+            )
+    if not items:
+        raise ValueError(f"{what} needs at least one image")
+    return items
+
+
 OUTPUTS = ("LABELS", "SCORES")
 # FP32 [n, 1000] softmax with a label_filename: the output Triton's classification extension
 # ranks (docs/models/classification.md). Never ask for classification of LABELS (BYTES): it
@@ -112,13 +136,13 @@ class ClassificationClient(ModelClient):
         ``SCORES``; the result is the same (probabilities as Triton prints them, 6 digits).
 
         Raises:
-            ValueError: no images, or ``top_k`` < 1.
+            ValueError: no images, one image not in a list (a bare path or bytes), an item
+                that is neither bytes nor a path, or ``top_k`` < 1.
             OSError: a path cannot be read.
             RequestRejected: the server refused an image (not an image, truncated, over a
                 limit), or another :class:`ClientError`.
         """
-        if len(images) == 0:
-            raise ValueError("classify() needs at least one image")
+        images = image_list(images)
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         files = [read_image(image) for image in images]
@@ -180,6 +204,7 @@ class ClassificationClient(ModelClient):
             except (ClientError, OSError) as exc:
                 return exc
 
+        images = image_list(images, "classify_each()")
         with ThreadPoolExecutor(max(1, concurrency), "tritonrepo-classify") as pool:
             return list(pool.map(one, images))
 
@@ -203,8 +228,7 @@ class AsyncClassificationClient(AsyncModelClient):
         Raises:
             ValueError, OSError, ClientError: as :meth:`ClassificationClient.classify`.
         """
-        if len(images) == 0:
-            raise ValueError("classify() needs at least one image")
+        images = image_list(images)
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         if self._max_batch_size is None:

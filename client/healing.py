@@ -20,7 +20,8 @@ a load that never returns (a model stuck LOADING, e.g. a Python model without ``
 blocks that thread, and the keep-alive connections it serves, the healer's among them, get no
 answer to anything. The timed-out connection is dropped; the retry opens a new one, which
 another thread serves. A reload that misses its deadline is abandoned, reported as failed, and
-not sent again while it is still in flight; the pass goes on with the other steps.
+never sent again automatically (a second load would wait behind it); the pass goes on with the
+other steps.
 """
 
 from __future__ import annotations
@@ -204,8 +205,8 @@ class Healer:
         call_timeout_s: deadline of each repository index and config read, seconds (tried
             once more when missed: :func:`twice_on_deadline`), whatever ``repo``'s own is.
         reload_timeout_s: deadline of one reload, seconds; a reload that misses it is
-            abandoned and reported as failed (with backoff), and not sent again while it has
-            not returned.
+            abandoned and reported as failed, then as given up: it is not sent again by this
+            healer (a second load of the model would wait behind the first).
     """
 
     def __init__(

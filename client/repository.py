@@ -21,6 +21,7 @@ from tritonrepo_client.connection import (
     ServerUnreachable,
     TritonConnection,
 )
+from tritonrepo_client.health_index import one_line
 from tritonrepo_client.validation import check_config, check_files
 
 T = TypeVar("T")
@@ -310,7 +311,7 @@ class RepositoryClient:
             )
         states = "; ".join(
             f"version {r.version or '-'}: {r.state or 'unknown'}"
-            + (f" ({r.reason})" if r.reason else "")
+            + (f" ({one_line(r.reason)})" if r.reason else "")
             for r in rows
         )
         hint = ""

@@ -154,7 +154,7 @@ def _bomb(host: str, port: int):
 def _bodies() -> list[Case]:
     embedded = http_has("EMBEDDING")
     return [
-        Case("chunked_1m_one_byte_chunks", "raw", (TEXT,), f"{PR}8305, {PR}8770", "2.59.1",
+        Case("chunked_1m_one_byte_chunks", "raw", (TEXT,), f"{PR}8305; {PR}8770 caps chunks in 2.69.0", "2.59.1",
              _chunked(1, 1_000_000), dies(signal.SIGSEGV), served("nginx joins the chunks"), NOTHING,
              embedded),
         Case("chunked_64k_one_byte_chunks", "raw", (TEXT,), f"{PR}8770 (cap 65536 chunks)", "",

@@ -196,6 +196,14 @@ HOSTILE = [
      "Content-Encoding"),
     ("repository_load_json_too_deep", "/v2/repository/models/text_embedding/load", _deep(5000), {},
      400, "json_depth", "nesting"),
+    # A product that overflows to Infinity and then meets a 0 is NaN, which passes every
+    # comparison: each dimension is checked as it is multiplied in.
+    ("shape_overflow_then_zero", TEXT_PATH,
+     json_body([{"name": "TEXT", "datatype": "INT64", "shape": [2**53 - 1] * 20 + [0],
+                 "data": []}]), {}, 400, "shape_overflow", "2^53"),
+    # The versioned path takes the same checks as the plain one.
+    ("versioned_path_json_too_deep", "/v2/models/text_embedding/versions/1/infer",
+     _deep(100_000), {}, 400, "json_depth", "nesting"),
 ]  # fmt: skip
 
 
@@ -232,6 +240,27 @@ def test_body_larger_than_the_cap_is_413(server) -> None:
         status, answer = post(small.listen_port, TEXT_PATH, json.dumps(text_request()).encode())
         assert status == 200, answer
     assert small.process is None
+
+
+def test_json_larger_than_the_parse_cap_is_413(server) -> None:
+    """max_json_bytes caps what njs parses: a larger JSON body gets 413 naming binary data,
+    while the same tensor sent as binary data (only its small JSON header is parsed) is served."""
+    with HttpGuard("127.0.0.1", free_port(), server.options.http_port, RUN_DIR / "json-cap",
+                   max_json_bytes=2048) as small:  # fmt: skip
+        texts = ["hello " * 100] * 8
+        big = json_body([{"name": "TEXT", "datatype": "BYTES", "shape": [8, 1], "data": texts}])
+        assert len(big) > 2048
+        status, answer = post(small.listen_port, TEXT_PATH, big)
+        assert status == 413 and "binary" in answer["error"], answer
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{small.listen_port}")
+        try:
+            infer_input = httpclient.InferInput("TEXT", [8, 1], "BYTES")
+            infer_input.set_data_from_numpy(np.array(texts, dtype=object).reshape(8, 1))
+            result = client.infer("text_embedding", [infer_input])
+            assert result.as_numpy("EMBEDDING").shape == (8, 384)
+        finally:
+            client.close()
+    assert_alive(server)
 
 
 def test_guard_answers_like_triton(server, guard) -> None:

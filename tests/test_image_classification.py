@@ -151,6 +151,35 @@ def test_int8_build_reports_agreement_with_fp32():
     assert fp32["parity_max_abs_logit_diff"] < 1e-3
 
 
+def test_one_image_not_in_a_list_is_refused_before_sending(triton_server, files, tmp_path):
+    """A bare path or bytes would be iterated into one-character paths or integers: refused
+    with the fix, by the sync, per-image and asyncio clients; a list of it is classified."""
+    import asyncio
+
+    from tritonrepo_client import AsyncClassificationClient
+
+    path = tmp_path / "coffee.jpg"
+    path.write_bytes(files["coffee"])
+    url = triton_server.options.http_url
+    with ClassificationClient(url, "http") as client:
+        for one in (str(path), path, files["coffee"]):
+            with pytest.raises(ValueError, match=r"wrap it in a list"):
+                client.classify(one)
+            with pytest.raises(ValueError, match=r"wrap it in a list"):
+                client.classify_each(one)
+        with pytest.raises(ValueError, match=r"image 1 is a int"):
+            client.classify([path, 7])
+        by_path = client.classify([str(path)])[0]
+        assert by_path.labels == client.classify([files["coffee"]])[0].labels
+
+    async def bare():
+        async with AsyncClassificationClient(url, "http") as client:
+            await client.classify(str(path))
+
+    with pytest.raises(ValueError, match=r"wrap it in a list"):
+        asyncio.run(bare())
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_async_client_matches_the_sync_one(triton_server, files, protocol):
     import asyncio

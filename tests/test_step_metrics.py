@@ -113,6 +113,9 @@ class _BusyConnection:
     def model_ready(self, model: str) -> bool:
         return True
 
+    def model_config(self, model: str) -> dict:
+        return {"name": model}  # no declared probe: the built-in one runs
+
     def infer(self, *args, **kwargs):
         from tritonrepo_client.errors import ServerUnavailable
 
@@ -131,7 +134,8 @@ def test_readiness_counts_an_overload_refusal_as_busy_not_broken(error: str, ok:
     from tritonrepo_client.healing import probe
     from tritonrepo_client.health import _model_checks
 
-    ready, inference = _model_checks(_BusyConnection(error), "text_embedding")  # type: ignore[arg-type]
+    conn = _BusyConnection(error)
+    ready, inference = _model_checks(conn, "text_embedding", None)  # type: ignore[arg-type]
     assert ready.ok
     assert inference.ok is ok, inference.detail
     assert ("busy" in inference.detail) is ok

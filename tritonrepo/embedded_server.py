@@ -9,13 +9,33 @@ memory pool of the GPU config sets. Used by :mod:`tritonrepo.launcher`.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import signal
 import sys
 import sysconfig
 from pathlib import Path
 
 from tritonrepo.paths import BACKENDS_SOURCE, BUILD_DIR
+
+# libc, loaded once here: a child runs terminate_with_parent() between fork and exec, where
+# loading a library (or importing) is not safe while other threads of the parent run.
+try:
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL("libc.so.6", use_errno=True)
+except OSError:  # not glibc Linux: children then do not follow their parent's death
+    _LIBC = None
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def terminate_with_parent() -> None:
+    """In a child before exec (``preexec_fn``): SIGTERM it when its parent dies, even by
+    SIGKILL (Linux ``prctl(PR_SET_PDEATHSIG)``), so no server or guard outlives its launcher or
+    test run. The kernel ties this to the thread that forked: start children from threads that
+    live as long as they do (the main thread, the crash watcher)."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
 
 STUB_PYTHON_ENV = "TRITONREPO_STUB_PYTHON"
 

@@ -23,22 +23,24 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
-from tritonrepo.embedded_server import LaunchError
+from tritonrepo.embedded_server import LaunchError, terminate_with_parent
 from tritonrepo.http_guard_config import (
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_JSON_BYTES,
     NJS_MODULE,
     GuardSettings,
     listen_address,
     write_run_dir,
 )
 from tritonrepo.paths import BUILD_DIR
+from tritonrepo.server_command import check_port_free
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "HttpGuard", "guard_available", "nginx_binary"]
 
@@ -59,15 +61,6 @@ def guard_available() -> str | None:
     if not NJS_MODULE.is_file():
         return f"nginx's njs module ({NJS_MODULE}) is not installed: {INSTALL_HINT}"
     return None
-
-
-def _terminate_with_parent() -> None:
-    """In the child before exec: SIGTERM it when this process dies (Linux PR_SET_PDEATHSIG);
-    nginx's master then stops its workers."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
 def _last_error(log: Path) -> str:
@@ -96,6 +89,8 @@ class HttpGuard:
             rule that refused it) go; created if missing.
         max_body_bytes: largest request body, bytes (larger: 413); default 64 MiB.
         workers: nginx worker processes (None = one per core).
+        max_json_bytes: largest JSON text the guard parses (a JSON body, or the JSON header of
+            a binary request), bytes (larger: 413); default 16 MiB.
     """
 
     def __init__(
@@ -106,6 +101,7 @@ class HttpGuard:
         run_dir: Path,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         workers: int | None = None,
+        max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
     ) -> None:
         self.listen_host = listen_host
         self.listen_port = int(listen_port)
@@ -115,6 +111,7 @@ class HttpGuard:
             listen=listen_address(listen_host, self.listen_port),
             upstream=listen_address("127.0.0.1", self.upstream_port),
             max_body_bytes=max_body_bytes,
+            max_json_bytes=max_json_bytes,
             workers=str(workers) if workers else "auto",
         )
         self._process: subprocess.Popen[bytes] | None = None
@@ -165,7 +162,7 @@ class HttpGuard:
         reason = guard_available()
         if reason:
             raise LaunchError(f"HTTP guard: {reason}")
-        self._check_port_free()
+        check_port_free(self.listen_host, self.listen_port, "HTTP guard")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         conf = write_run_dir(self.settings, self.run_dir)
         self.error_log.unlink(missing_ok=True)
@@ -175,7 +172,7 @@ class HttpGuard:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # a terminal's Ctrl-C reaches the launcher, which stops it
-            preexec_fn=_terminate_with_parent,
+            preexec_fn=terminate_with_parent,
         )
         deadline = time.monotonic() + timeout_s
         while True:
@@ -194,18 +191,6 @@ class HttpGuard:
                     + (f": {detail}" if detail else "")
                 )
             time.sleep(0.05)
-
-    def _check_port_free(self) -> None:
-        family = socket.AF_INET6 if ":" in self.listen_host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((self.listen_host, self.listen_port))
-            except OSError as exc:
-                raise LaunchError(
-                    f"HTTP guard port {self.listen_port} on {self.listen_host} is already in use"
-                    f" ({exc.strerror}); stop the other process or choose another port"
-                ) from None
 
     def _answers(self) -> bool:
         conn = http.client.HTTPConnection(self.client_host, self.listen_port, timeout=1.0)
@@ -231,7 +216,10 @@ class HttpGuard:
                 return
             except subprocess.TimeoutExpired:
                 continue
-        process.kill()
+        # The master leads its own session: SIGKILL its workers too, which would otherwise keep
+        # the listening socket.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
         process.wait(5.0)
 
     def __enter__(self) -> HttpGuard:

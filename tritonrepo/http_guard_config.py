@@ -38,6 +38,11 @@ DEFAULT_MAX_DEPTH = 20
 # within a 64 MiB body (at most one element per byte, 8 bytes each = 512 MiB); a shared-memory
 # input names its own region.
 DEFAULT_MAX_TENSOR_BYTES = 1 << 30
+# Largest JSON text the guard parses (a JSON body, or the JSON header of a binary request),
+# bytes: njs' JSON.parse builds the whole value in the worker's memory and blocks its event
+# loop while it does (about 0.1 s per MB here), so large tensors must come as binary data.
+# 64 JSON texts of 64 KiB each (the tokenizer's limit per text) fit in 4 MiB.
+DEFAULT_MAX_JSON_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,8 @@ class GuardSettings:
         max_body_bytes: largest request body, bytes (larger: 413).
         max_depth: deepest JSON nesting of a request body, levels (deeper: 400).
         max_tensor_bytes: largest input tensor, elements x datatype size, bytes (larger: 400).
+        max_json_bytes: largest JSON text parsed (a JSON body or the JSON header of a binary
+            request), bytes (larger: 413).
         workers: nginx ``worker_processes`` (``auto`` = one per core).
         resolve: re-resolve the upstream's name while running (``server ... resolve``, nginx
             >= 1.27.3) with this DNS server; None = resolve once at start.
@@ -60,11 +67,12 @@ class GuardSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_depth: int = DEFAULT_MAX_DEPTH
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES
+    max_json_bytes: int = DEFAULT_MAX_JSON_BYTES
     workers: str = "auto"
     resolve: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_depth", "max_tensor_bytes"):
+        for name in ("max_body_bytes", "max_depth", "max_tensor_bytes", "max_json_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
@@ -123,6 +131,7 @@ def render(settings: GuardSettings, paths: GuardPaths) -> str:
         "NJS_SCRIPT": paths.njs_script,
         "MAX_DEPTH": str(settings.max_depth),
         "MAX_TENSOR_BYTES": str(settings.max_tensor_bytes),
+        "MAX_JSON_BYTES": str(settings.max_json_bytes),
         "MAX_BODY": str(settings.max_body_bytes),
         "UPSTREAM": upstream,
         "LISTEN": settings.listen,

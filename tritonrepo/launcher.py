@@ -45,6 +45,7 @@ from tritonrepo.embedded_server import (
     assemble_backend_directory,
     library_path,
     stub_python,
+    terminate_with_parent,
 )
 from tritonrepo.paths import BUILD_DIR
 from tritonrepo.server_command import check_port_free, free_port, preflight, tritonserver_command
@@ -77,16 +78,6 @@ __all__ = [
     "free_port",
     "one_line",
 ]
-
-
-def _terminate_with_parent() -> None:
-    """In the child before exec: SIGTERM it when the launcher dies, even by SIGKILL
-    (Linux ``prctl(PR_SET_PDEATHSIG)``), so no server outlives its launcher or test run."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 class TritonServer:
@@ -212,7 +203,7 @@ class TritonServer:
                 stderr=subprocess.STDOUT,
                 env=self.environment(),
                 start_new_session=True,  # Ctrl-C reaches the launcher, which stops the server
-                preexec_fn=_terminate_with_parent,
+                preexec_fn=terminate_with_parent,
             )
 
     def respawn(self) -> None:
@@ -270,10 +261,17 @@ class TritonServer:
 
     def down_reason(self) -> str | None:
         """Why the started server no longer serves and will not again: the crash loop bound
-        reached, or (without ``restart_on_crash``) its process exited; None while it serves or
-        a restart is under way."""
+        reached, the HTTP guard exited, or (without ``restart_on_crash``) its process exited;
+        None while it serves or a restart is under way."""
         if self.failure:
             return self.failure
+        guard = self.guard.process if self.guard is not None else None
+        if guard is not None and guard.poll() is not None:
+            # HTTP answers nothing without the guard; no one restarts it, so say so and stop.
+            return (
+                f"the HTTP guard (nginx) exited with code {guard.returncode}; "
+                f"see {self.guard.error_log}"
+            )
         process = self.process
         if self.options.restart_on_crash or process is None or process.poll() is None:
             return None

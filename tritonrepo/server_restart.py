@@ -277,8 +277,14 @@ def load_again(server: Any, served: tuple[str, ...]) -> tuple[str, ...]:
     import tritonclient.http as httpclient
 
     loaded = []
+    try:
+        # Read once: each load of an ensemble brings its steps, never another served model.
+        ready = set(server.ready_models())
+    except Exception as exc:  # an index that cannot be read must not fail the restart
+        log(f"tritonserver restart: repository index unreadable, loading all: {exc}")
+        ready = set()
     for model in served:
-        if model in set(server.ready_models()):
+        if model in ready:
             continue
         client = httpclient.InferenceServerClient(
             server.triton_http_url, connection_timeout=5.0, network_timeout=600.0

@@ -10,6 +10,8 @@
 // Settings, rendered into the config as js_var (tritonrepo/http_guard_config.py):
 //   $guard_max_depth         deepest JSON nesting accepted (objects and arrays), levels
 //   $guard_max_tensor_bytes  largest input tensor (elements x datatype size), bytes
+//   $guard_max_json_bytes    largest JSON text parsed (a JSON body, or the JSON header of a
+//                            binary request), bytes: JSON.parse holds the whole value in memory
 
 // Bytes per element (KServe v2 datatypes, Triton's TRITONSERVER_DataTypeByteSize); BYTES
 // elements have no fixed size (4-byte length prefix + the bytes in binary form).
@@ -27,11 +29,38 @@ function setting(r, name, fallback) {
     return Number.isFinite(value) && value > 0 ? value : fallback;
 }
 
-function refuse(r, rule, message) {
+function refuse(r, rule, message, status) {
     r.variables.guard_rule = rule;
     r.warn(`http guard refused ${r.method} ${r.uri} (${rule}): ${message}`);
     r.headersOut['Content-Type'] = 'application/json';
-    r.return(400, JSON.stringify({ error: `http guard: ${message}` }));
+    r.return(status || 400, JSON.stringify({ error: `http guard: ${message}` }));
+}
+
+// The request body as one buffer, or {error} when the guard cannot see it in memory: njs
+// throws for a body nginx wrote to a temporary file (a chunked body whose framing outgrew
+// client_body_buffer_size), and a body that was announced but is absent is not passed
+// unchecked either (fail closed).
+function readBody(r) {
+    let body;
+    try {
+        body = r.requestBuffer;
+    } catch (e) {
+        return { error: ['body_unreadable', `the request body cannot be checked in memory (${e.message}); send it with a Content-Length`] };
+    }
+    const announced = Number(r.headersIn['Content-Length'] || 0) > 0 || r.headersIn['Transfer-Encoding'] !== undefined;
+    if (body === undefined && announced) {
+        return { error: ['body_unreadable', 'the request body cannot be checked in memory; send it with a Content-Length'] };
+    }
+    return { body: body };
+}
+
+// The JSON text of a body (at most $guard_max_json_bytes bytes), or {error} (413).
+function jsonText(r, body, jsonBytes) {
+    const limit = setting(r, 'guard_max_json_bytes', 16777216);
+    if (jsonBytes > limit) {
+        return { error: ['json_too_large', `JSON of ${jsonBytes} bytes is larger than ${limit} bytes; send large tensors as binary data (binary_data_size)`] };
+    }
+    return { text: jsonBytes === body.length ? body.toString() : body.slice(0, jsonBytes).toString() };
 }
 
 function pass(r) {
@@ -145,8 +174,13 @@ function elementCount(name, shape) {
             return { error: ['shape_overflow', `input '${name}' has a dimension above 2^53 in shape ${JSON.stringify(shape)}`] };
         }
         count *= d;
+        // Checked per dimension: a product that overflowed to Infinity and then met a 0 is
+        // NaN, which every later comparison would let through.
+        if (!(count <= MAX_EXACT)) {
+            return { error: ['shape_overflow', `shape ${JSON.stringify(shape)} of input '${name}' has more than 2^53 elements`] };
+        }
     }
-    if (count > MAX_EXACT) {
+    if (!(count <= MAX_EXACT)) {
         return { error: ['shape_overflow', `shape ${JSON.stringify(shape)} of input '${name}' has more than 2^53 elements`] };
     }
     return { count: count };
@@ -337,7 +371,11 @@ function infer(r) {
     if (r.method !== 'POST') {
         return pass(r);
     }
-    const body = r.requestBuffer;
+    const read = readBody(r);
+    if (read.error) {
+        return refuse(r, read.error[0], read.error[1], 413);
+    }
+    const body = read.body;
     const bodyBytes = body ? body.length : 0;
     const headers = r.rawHeadersIn.filter((h) => h[0].toLowerCase() === 'inference-header-content-length');
     let jsonBytes = bodyBytes;
@@ -357,8 +395,11 @@ function infer(r) {
     if (bodyBytes === 0) {
         return pass(r);  // Triton answers an empty request itself
     }
-    const text = jsonBytes === bodyBytes ? body.toString() : body.slice(0, jsonBytes).toString();
-    const parsed = parseJson(r, text);
+    const json = jsonText(r, body, jsonBytes);
+    if (json.error) {
+        return refuse(r, json.error[0], json.error[1], 413);
+    }
+    const parsed = parseJson(r, json.text);
     if (parsed.error) {
         return refuse(r, parsed.error[0], parsed.error[1]);
     }
@@ -381,9 +422,17 @@ function infer(r) {
 }
 
 function jsonBody(r) {
-    const body = r.requestBuffer;
+    const read = readBody(r);
+    if (read.error) {
+        return refuse(r, read.error[0], read.error[1], 413);
+    }
+    const body = read.body;
     if (body && body.length > 0) {
-        const parsed = parseJson(r, body.toString());
+        const json = jsonText(r, body, body.length);
+        if (json.error) {
+            return refuse(r, json.error[0], json.error[1], 413);
+        }
+        const parsed = parseJson(r, json.text);
         if (parsed.error) {
             return refuse(r, parsed.error[0], parsed.error[1]);
         }

@@ -25,18 +25,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo_client.bulk import embed_file
 from tritonrepo_client.classify import ClassificationClient, print_classifications
 from tritonrepo_client.cli_control import (
     add_local_checks_arguments,
     configs_command,
     heal_command,
+    local_repository,
     models_command,
     rollout_command,
     tls_from_args,
@@ -216,7 +215,7 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument(
             "--repository",
             type=Path,
-            default=Path(os.environ.get("TRITONREPO_MODEL_REPOSITORY", MODEL_REPOSITORY)),
+            default=local_repository(),
             help="the model repository the configs are read from (default: "
             "$TRITONREPO_MODEL_REPOSITORY, else this checkout's)",
         )

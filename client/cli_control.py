@@ -29,6 +29,12 @@ from tritonrepo_client.rollout import (
 from tritonrepo_client.validation import read_config_file
 
 
+def local_repository() -> Path:
+    """The model repository the CLI reads locally: ``$TRITONREPO_MODEL_REPOSITORY``, else this
+    checkout's ``model_repository/``."""
+    return Path(os.environ.get("TRITONREPO_MODEL_REPOSITORY", MODEL_REPOSITORY))
+
+
 def add_local_checks_arguments(parser: argparse.ArgumentParser, load: bool) -> None:
     """``--model-repository`` (and for ``models load`` ``--model-config-name`` and
     ``--force``): where the local checks (:mod:`tritonrepo_client.load_checks`) read the
@@ -36,7 +42,7 @@ def add_local_checks_arguments(parser: argparse.ArgumentParser, load: bool) -> N
     parser.add_argument(
         "--model-repository",
         type=Path,
-        default=Path(os.environ.get("TRITONREPO_MODEL_REPOSITORY", MODEL_REPOSITORY)),
+        default=local_repository(),
         help="the server's model repository, checked before anything is sent when it is here "
         "(default: $TRITONREPO_MODEL_REPOSITORY, else this checkout's)",
     )

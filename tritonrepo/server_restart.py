@@ -28,7 +28,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from typing import Any
 
 from tritonrepo.embedded_server import LaunchError
 from tritonrepo.server_processes import StubProcess
+from tritonrepo.supervisor import log
 
 # Seconds between two reads of the repository index for the snapshot of served models.
 SNAPSHOT_INTERVAL_S = 5.0
@@ -61,11 +61,6 @@ def signal_label(code: int | None) -> str:
         return signal.Signals(-code).name
     except ValueError:
         return f"signal {-code}"
-
-
-def log(line: str) -> None:
-    """One line on the launcher's stderr (``make serve`` shows it)."""
-    print(line, file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SOAK_MINUTES ?= 10
 
-.PHONY: help setup artifacts serve test bench bench-quick bench-priority fallback-cpu fallback-gpu profile perf-deps int8-study lint clean soak \
+.PHONY: help setup artifacts gpu-pack serve test bench bench-quick bench-priority fallback-cpu fallback-gpu profile perf-deps int8-study lint clean soak \
 	k8s-deps k8s-validate monitoring-deps guard-deps \
 	artifacts-gpu test-gpu bench-gpu build-plans serve-gpu
 
@@ -65,6 +65,7 @@ help:
 	@echo "make profile   py-spy + Triton per-step statistics of text_embedding under load"
 	@echo "make int8-study   compare INT8 candidates for the text encoder (build/int8_study.md)"
 	@echo "make artifacts-gpu  on a GPU host: export the torch_gpu programs (FP16, accuracy-gated)"
+	@echo "make gpu-pack   here: pack what an offline GPU host needs (scripts/offline_gpu_host)"
 	@echo "make test-gpu  on a GPU host: the torch_gpu config set against a real server"
 	@echo "make bench-gpu on a GPU host: served text_embedding vs sentence-transformers FP16"
 	@echo "make build-plans  Docker + GPU: TensorRT plans built on this GPU in the builder image"
@@ -209,12 +210,20 @@ int8-study: artifacts
 # here, not shipped (builders/torch_export.py).
 TORCH_GPU_ARTIFACTS := \
 	model_repository/text_embedding_encoder/1/model.pt2 \
-	model_repository/ctr_model/1/model.pt2
+	model_repository/ctr_model/1/model.pt2 \
+	model_repository/image_classifier/1/model.pt2 \
+	model_repository/image_classifier_resnet50/1/model.pt2
 
 artifacts-gpu: $(TORCH_GPU_ARTIFACTS)
 
-$(TORCH_GPU_ARTIFACTS) &: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) builders/torch_export.py
+$(TORCH_GPU_ARTIFACTS) &: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(IMAGE_ARTIFACTS) \
+		builders/torch_export.py builders/image_torch_export.py
 	$(PY) -m builders.torch_export
+
+# Parts for an offline GPU host without registry access (scripts/offline_gpu_host/pack.sh,
+# which needs the package registry here): what preflight requires for the torch_gpu set.
+gpu-pack: artifacts
+	PY=$(PY) bash scripts/offline_gpu_host/pack.sh
 
 test-gpu: artifacts-gpu perf-deps
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)

@@ -1,7 +1,16 @@
-"""``make bench-gpu``: text_embedding with the torch_gpu config set against sentence-transformers
-on the same GPU, in one run, on the same real mixed texts.
+"""``make bench-gpu``: the ensembles with the torch_gpu config set against what they replace, on
+the same GPU, in one run, on the same inputs.
 
-Systems:
+Sections (``--only`` picks some; each starts its own server with only its ensemble):
+
+* ``text``: text_embedding against sentence-transformers (below), with the per-step table of
+  where each one-text request's time goes (:mod:`benchmarks.step_table`);
+* ``image``: image_classification, one image per request, against in-process PyTorch
+  (:mod:`benchmarks.gpu_image`);
+* ``ctr``: ctr_ranking, one user per request, against in-process PyTorch and the naive FastAPI
+  server (:mod:`benchmarks.gpu_ctr`).
+
+Text systems:
 
 * sentence-transformers FP16 in one process at several batch sizes (the baseline is the best of
   them) and FP32 (the accuracy reference), and HF ``tokenizers`` alone, which bounds a one-process
@@ -10,8 +19,9 @@ Systems:
   by perf_analyzer over gRPC with one text per request and with 64 texts per request (the
   ensemble's ``max_batch_size``, how bulk clients send), across concurrency levels.
 
-Outputs are checked before timing (min cosine to sentence-transformers FP32). Writes
-``report.md``, ``results.json`` and plots under ``build/bench-gpu/`` (``--output``).
+Outputs are checked before timing (min cosine to sentence-transformers FP32; top-5; CTR
+scores). Writes ``report.md``, ``results.json`` and plots under ``build/bench-gpu/``
+(``--output``).
 """
 
 from __future__ import annotations
@@ -25,12 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import inputs, machine, report
+from benchmarks import inputs, machine, report, step_table
 from benchmarks.loadgen import Measurement
 from benchmarks.perf_analyzer import Window
 from benchmarks.results import IN_PROCESS, Run, System
 from benchmarks.text_embedding import STEPS, min_cosine, require
-from benchmarks.triton_side import sweep
+from benchmarks.triton_side import sweep_steps
 from builders.accuracy_gate import TOLERANCES
 from tritonrepo.launcher import ServerOptions, TritonServer, free_port
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
@@ -40,11 +50,15 @@ from tritonrepo_client import EmbeddingClient
 
 WORKLOAD = "text_embedding"
 ST_BATCHES = (32, 128, 512)
-SINGLE_LEVELS = (1, 8, 32, 128, 256)
+SINGLE_LEVELS = (1, 16, 64, 256)  # the per-step table's levels: idle, moderate, saturated
 BULK_LEVELS = (1, 4, 16)
 BULK_TEXTS = spec.MAX_BATCH_SIZE  # texts per bulk request: the ensemble's max_batch_size
 QUICK = {"texts": 512, "single": (1, 16), "bulk": (1, 4), "window": Window(1000, 999, 3)}
 FULL = {"texts": 2048, "single": SINGLE_LEVELS, "bulk": BULK_LEVELS, "window": Window(1000, 25, 4)}
+SECTIONS = ("text", "image", "ctr")
+# Goals of the one-text rows, compared in summary(): p50 at c=1 and the bulk ratio.
+C1_P50_GOAL_MS = 4.0
+BULK_GOAL = 2.8
 
 
 def in_process(texts: list[str]) -> tuple[list[System], np.ndarray]:
@@ -121,14 +135,18 @@ def in_process(texts: list[str]) -> tuple[list[System], np.ndarray]:
 
 def served(
     server: TritonServer, texts: list[str], reference: np.ndarray, knobs: dict, workdir: Path
-) -> list[System]:
-    """The ensemble with one text and with ``BULK_TEXTS`` texts per request (texts/s)."""
+) -> tuple[list[System], list[str]]:
+    """The ensemble with one text and with ``BULK_TEXTS`` texts per request (texts/s).
+
+    Returns:
+        The systems, and the per-step tables (markdown lines) of each sweep.
+    """
     with EmbeddingClient(server.options.grpc_url, "grpc") as client:
         got = np.concatenate([client.embed(texts[i : i + 64]) for i in range(0, len(texts), 64)])
     cosine = min_cosine(got, reference)
     require("text_embedding (torch_gpu)", cosine, TOLERANCES["fp16"].min_cosine)
     data = inputs.write_text_data(workdir / "texts.json", texts)
-    systems = []
+    systems, tables = [], []
     for key, name, levels, batch in (
         (
             "triton_gpu_single",
@@ -143,13 +161,13 @@ def served(
             BULK_TEXTS,
         ),
     ):
-        measured, stats, failures = sweep(
+        done = sweep_steps(
             server, spec.ENSEMBLE, data, levels, knobs["window"], workdir, STEPS, batch_size=batch
         )
-        in_texts = [dataclasses.replace(m, throughput=m.throughput * batch) for m in measured]
-        batches = ", ".join(
-            f"c{lv}: {s[spec.ENCODER_MODEL].average_batch:.0f}" for lv, s in stats.items()
-        )
+        in_texts = [
+            dataclasses.replace(m, throughput=m.throughput * batch) for m in done.measurements()
+        ]
+        tables += step_table.lines(done, title=f"Per step: {name}")
         systems.append(
             System(
                 WORKLOAD,
@@ -158,15 +176,15 @@ def served(
                 "perf_analyzer",
                 f"min cos {cosine:.5f}",
                 in_texts,
-                "; ".join([f"encoder average batch {batches}", *failures]),
-                {"min_cosine": cosine},
+                "; ".join([step_table.client_note(done), *done.failures]),
+                {"min_cosine": cosine} | step_table.client_values(done),
             )
         )
         print(
             f"{name}: " + ", ".join(f"c{m.concurrency} {m.throughput:.0f}" for m in in_texts),
             flush=True,
         )
-    return systems
+    return systems, tables
 
 
 def gpu_facts() -> dict[str, str]:
@@ -181,28 +199,55 @@ def gpu_facts() -> dict[str, str]:
     }
 
 
-def summary(run: Run) -> list[str]:
-    """The target lines: each served request size at its peak vs the best sentence-transformers
-    FP16 batch (goal ≥ 1.0×, issue 9)."""
-    baselines = [s for s in run.systems if s.key.startswith("st_fp16")]
-    served = [s for s in run.systems if s.key.startswith("triton") and s.peak()]
-    if not baselines or not served:
-        return ["## Target", "", "Not evaluated: a system was not measured (see the log).", ""]
+def text_summary(systems: list[System]) -> list[str]:
+    """The text goals, each with its measured value and verdict: one text per request at its
+    peak ≥ 1.0× the best sentence-transformers FP16 batch, p50 at c=1 ≤ ``C1_P50_GOAL_MS``,
+    ``BULK_TEXTS`` texts per request ≥ ``BULK_GOAL``×, served min cosine ≥ 0.999."""
+    baselines = [s for s in systems if s.key.startswith("st_fp16")]
+    single = next((s for s in systems if s.key == "triton_gpu_single" and s.peak()), None)
+    bulk = next((s for s in systems if s.key == "triton_gpu_bulk" and s.peak()), None)
+    if not baselines or single is None:
+        return ["## text_embedding", "", "Not evaluated: a system was not measured.", ""]
     st = max(baselines, key=lambda s: s.levels[0].throughput)
+    base = st.levels[0].throughput
     lines = [
-        "## Target",
+        "## text_embedding",
         "",
-        f"Goal: served ≥ 1.0× in-process {st.name} "
-        f"({st.levels[0].throughput:.0f} texts/s, the best sentence-transformers batch).",
+        f"Baseline: in-process {st.name} ({base:.0f} texts/s, the best sentence-transformers "
+        "batch).",
         "",
     ]
-    for s in served:
-        peak = s.peak()
-        ratio = peak.throughput / st.levels[0].throughput
-        verdict = "met" if ratio >= 1.0 else f"missed by {100 * (1 - ratio):.0f} %"
+
+    def verdict(ok: bool, miss: str) -> str:
+        return "met" if ok else f"missed by {miss}"
+
+    peak = single.peak()
+    ratio = peak.throughput / base
+    lines.append(
+        f"- {single.name}: {peak.throughput:.0f} texts/s at c={peak.concurrency}: "
+        f"**{ratio:.2f}×** (goal ≥ 1.0×: {verdict(ratio >= 1.0, f'{100 * (1 - ratio):.0f} %')})."
+    )
+    c1 = single.at(1)
+    if c1 is not None:
+        ok = c1.p50_ms <= C1_P50_GOAL_MS
         lines.append(
-            f"- {s.name}: {peak.throughput:.0f} texts/s at c={peak.concurrency}: "
-            f"**{ratio:.2f}×** ({verdict})."
+            f"- {single.name}, c=1 p50: **{c1.p50_ms:.1f} ms** (goal ≤ {C1_P50_GOAL_MS:.0f} ms: "
+            f"{verdict(ok, f'{c1.p50_ms - C1_P50_GOAL_MS:.1f} ms')})."
+        )
+    if bulk is not None:
+        peak = bulk.peak()
+        ratio = peak.throughput / base
+        lines.append(
+            f"- {bulk.name}: {peak.throughput:.0f} texts/s at c={peak.concurrency}: "
+            f"**{ratio:.2f}×** (goal ≥ {BULK_GOAL}×: "
+            f"{verdict(ratio >= BULK_GOAL, f'{100 * (1 - ratio / BULK_GOAL):.0f} %')})."
+        )
+    cosine = single.values.get("min_cosine")
+    if cosine is not None:
+        goal = TOLERANCES["fp16"].min_cosine
+        lines.append(
+            f"- Served min cosine vs sentence-transformers FP32: **{cosine:.5f}** (goal ≥ "
+            f"{goal}: {verdict(cosine >= goal, f'{goal - cosine:.5f}')})."
         )
     return [*lines, ""]
 
@@ -212,46 +257,98 @@ def header(run: Run) -> list[str]:
     m = run.machine
     mode = "quick mode: proves the harness runs" if run.quick else "full mode"
     return [
-        "# GPU benchmark: text_embedding (torch_gpu config set) vs sentence-transformers",
+        "# GPU benchmark: the torch_gpu config set vs what it replaces",
         "",
-        f"Run {run.started} ({mode}).",
+        f"Run {run.started} ({mode}), sections: {', '.join(run.settings['sections'])}.",
         "",
         f"- **GPU:** {m['gpu']}; host {m['cpu']}, {m['cores']} cores, {m['memory']}.",
         f"- **Software:** PyTorch {m['torch']}, sentence-transformers "
         f"{m['sentence-transformers']}, numpy {m['numpy']}, Python {m['python']}; tritonserver "
         f"{m['tritonserver']}; tritonclient {m['tritonclient']} (perf_analyzer).",
         *[f"- **{k}:** {v}" for k, v in run.inputs.items()],
-        f"- **Load:** perf_analyzer, gRPC, closed loop ({run.settings['window']}); one text per "
-        f"request at c = {run.settings['single']}, {BULK_TEXTS} texts per request at c = "
-        f"{run.settings['bulk']}. Throughput is texts/s for every row.",
+        f"- **Load (text):** perf_analyzer, gRPC, async with a few client threads, closed loop "
+        f"({run.settings['window']}); one text per request at c = {run.settings['single']}, "
+        f"{BULK_TEXTS} texts per request at c = {run.settings['bulk']}. Throughput is texts/s "
+        "for every text row.",
         "",
     ]
+
+
+def section_lines(systems: list[System], workload: str, out: Path) -> list[str]:
+    """A workload's summary and detail tables and its plots."""
+    mine = [s for s in systems if s.workload == workload]
+    if not mine:
+        return []
+    levels = sorted({m.concurrency for s in mine for m in s.levels if m.concurrency})
+    lines = [
+        *report.summary_table(mine, report.UNITS.get(workload, "requests/s"), levels),
+        "",
+        *report.detail_table(mine),
+        "",
+    ]
+    for path in report.plot(mine, workload, out):
+        lines += [f"![{path.stem}]({path.name})", ""]
+    return lines
+
+
+def summary(run: Run) -> list[str]:
+    """Every section's goal lines."""
+    from benchmarks import gpu_ctr, gpu_image
+
+    lines = []
+    sections = run.settings["sections"]
+    if "text" in sections:
+        lines += text_summary([s for s in run.systems if s.workload == WORKLOAD])
+    if "image" in sections:
+        lines += gpu_image.summary([s for s in run.systems if s.workload == "image_classification"])
+    if "ctr" in sections:
+        lines += gpu_ctr.summary([s for s in run.systems if s.workload == "ctr_ranking"])
+    return lines
 
 
 def write_report(run: Run, out: Path) -> Path:
-    """``report.md`` (machine, target, tables) and the plots."""
+    """``report.md`` (machine, goals, per-step tables, tables per workload) and the plots."""
     out.mkdir(parents=True, exist_ok=True)
     run.save(out / "results.json")
-    levels = sorted({m.concurrency for s in run.systems for m in s.levels if m.concurrency})
-    lines = [
-        *header(run),
-        *summary(run),
-        *report.summary_table(run.systems, "texts/s", levels),
-        "",
-        *report.detail_table(run.systems),
-        "",
-    ]
-    for path in report.plot(run.systems, WORKLOAD, out):
-        lines += [f"![{path.stem}]({path.name})", ""]
+    lines = [*header(run), *summary(run)]
+    for workload in (WORKLOAD, "image_classification", "ctr_ranking"):
+        lines += section_lines(run.systems, workload, out)
+        if workload == WORKLOAD:
+            lines += list(run.settings.get("step_tables", []))
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def text_section(run: Run, knobs: dict, out: Path) -> None:
+    """The text systems into ``run`` (in-process first, then a server with text_embedding)."""
+    texts = inputs.texts(knobs["texts"])
+    run.inputs["texts"] = f"{len(texts)} real mixed texts (tritonrepo.text.corpus, eval split)"
+    systems, reference = in_process(texts)
+    run.systems += systems
+    for s in systems:
+        print(f"{s.name}: {s.levels[0].throughput:.0f} texts/s {s.accuracy}", flush=True)
+    options = ServerOptions(
+        models=(spec.ENSEMBLE,),
+        http_port=free_port(),
+        grpc_port=free_port(),
+        metrics_port=free_port(),
+        model_config_name="torch_gpu",
+        log_file=out / "tritonserver.log",
+    )
+    with TritonServer(options) as server:
+        systems, tables = served(server, texts, reference, knobs, out)
+    run.systems += systems
+    run.settings["step_tables"] = tables
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few seconds per system")
     parser.add_argument("--output", type=Path, default=BUILD_DIR / "bench-gpu")
+    parser.add_argument(
+        "--only", action="append", choices=SECTIONS, help="a section to run (default: all)"
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -262,34 +359,32 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     knobs = QUICK if args.quick else FULL
+    sections = [s for s in SECTIONS if s in (args.only or SECTIONS)]
     out = args.output
     out.mkdir(parents=True, exist_ok=True)
-    texts = inputs.texts(knobs["texts"])
     run = Run(
         started=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         quick=args.quick,
         machine=machine.facts() | gpu_facts(),
         settings={
+            "sections": sections,
             "single": list(knobs["single"]),
             "bulk": list(knobs["bulk"]),
             "window": knobs["window"].describe(),
         },
-        inputs={"texts": f"{len(texts)} real mixed texts (tritonrepo.text.corpus, eval split)"},
-    )
-    run.systems, reference = in_process(texts)
-    for s in run.systems:
-        print(f"{s.name}: {s.levels[0].throughput:.0f} texts/s {s.accuracy}", flush=True)
-    options = ServerOptions(
-        models=(spec.ENSEMBLE,),
-        http_port=free_port(),
-        grpc_port=free_port(),
-        metrics_port=free_port(),
-        model_config_name="torch_gpu",
-        log_file=out / "tritonserver.log",
+        inputs={},
     )
     try:
-        with TritonServer(options) as server:
-            run.systems += served(server, texts, reference, knobs, out)
+        if "text" in sections:
+            text_section(run, knobs, out)
+        if "image" in sections:
+            from benchmarks import gpu_image
+
+            run.systems += gpu_image.run_section(args.quick, out)
+        if "ctr" in sections:
+            from benchmarks import gpu_ctr
+
+            run.systems += gpu_ctr.run_section(args.quick, out)
     finally:
         path = write_report(run, out)
     print("\n".join(summary(run)))

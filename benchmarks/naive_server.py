@@ -13,6 +13,9 @@ deployment docs). ``NAIVE_SERVER_MODEL`` picks what a worker loads:
   ``POST /session/{session_id}`` with ``{"item_id", "candidates", "start", "end"}`` for the
   session workload, whose histories live in the worker's memory (so a session server must run
   one worker: with several, a session's events would land on workers without its history).
+  ``NAIVE_SERVER_DEVICE`` (default ``cpu``) is the PyTorch device it runs on, e.g. ``cuda``:
+  each worker then holds its own copy of the network and its own CUDA context on that GPU,
+  the rows are copied to it per request and the scores back.
 * ``image``: EfficientNet-Lite0 in PyTorch (``tritonrepo.image.reference``), ``POST /classify``
   with the raw image file as the body → ``{"classes": [5 ImageNet ids], "scores": [...]}``,
   decoded and preprocessed by the served step's own function.
@@ -39,6 +42,7 @@ from tritonrepo.paths import BUILD_DIR, REPO_ROOT
 
 MODEL_ENV = "NAIVE_SERVER_MODEL"
 THREADS_ENV = "NAIVE_SERVER_TORCH_THREADS"  # set: torch.set_num_threads(n) in each worker
+DEVICE_ENV = "NAIVE_SERVER_DEVICE"  # PyTorch device of the ctr model (default "cpu")
 _state: dict = {}
 
 
@@ -79,7 +83,17 @@ async def lifespan(_app: FastAPI) -> Iterator[None]:
     else:
         from builders import ctr_network
 
-        _state["ctr"] = ctr_network.load(BUILD_DIR / "ctr" / "model.pt")
+        device = os.environ.get(DEVICE_ENV, "cpu")
+        model = ctr_network.load(BUILD_DIR / "ctr" / "model.pt")
+        if device != "cpu":
+            import torch
+
+            from tritonrepo.ctr import spec
+
+            model = model.to(device)
+            with torch.inference_mode():  # CUDA context and kernels ready before /health
+                model(torch.zeros(1, spec.SEQ_LENGTH, dtype=torch.int64, device=device))
+        _state["ctr"], _state["device"] = model, device
         _state["sessions"] = {}
     yield
 
@@ -133,9 +147,11 @@ def _rank(history: list[int], candidates: list[int], top_k: int | None) -> dict:
 
     if not candidates:
         raise HTTPException(400, "candidates must not be empty")
-    rows = model_rows(history_window(np.asarray(history)), np.asarray(candidates))
+    rows = torch.from_numpy(model_rows(history_window(np.asarray(history)), np.asarray(candidates)))
+    if _state["device"] != "cpu":
+        rows = rows.to(_state["device"])
     with torch.inference_mode():
-        scores = _state["ctr"](torch.from_numpy(rows)).numpy().reshape(-1)
+        scores = _state["ctr"](rows).cpu().numpy().reshape(-1)
     order = np.argsort(-scores, kind="stable")[: top_k or len(candidates)]
     return {"item_ids": [candidates[i] for i in order], "scores": scores[order].tolist()}
 
@@ -170,6 +186,8 @@ class NaiveServer:
         startup_timeout_s: seconds to wait for every worker to answer ``/health``.
         torch_threads: ``torch.set_num_threads`` in each worker (``None``: PyTorch's default,
             one thread per core in every worker, as a server set up from FastAPI's docs runs).
+        device: PyTorch device of the ``ctr`` model in each worker (``"cpu"``, ``"cuda"``,
+            ``"cuda:1"``); the other models run on the CPU.
     """
 
     def __init__(
@@ -180,8 +198,10 @@ class NaiveServer:
         log_file: Path,
         startup_timeout_s: float = 180,
         torch_threads: int | None = None,
+        device: str = "cpu",
     ) -> None:
         self.model, self.port, self.workers = model, port, workers
+        self.device = device
         self.log_file, self.startup_timeout_s = log_file, startup_timeout_s
         self.torch_threads = torch_threads
         self.process: subprocess.Popen | None = None
@@ -192,7 +212,9 @@ class NaiveServer:
         return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> NaiveServer:
-        env = dict(os.environ, **{MODEL_ENV: self.model}, HF_HUB_OFFLINE="1")
+        env = dict(
+            os.environ, **{MODEL_ENV: self.model, DEVICE_ENV: self.device}, HF_HUB_OFFLINE="1"
+        )
         if self.torch_threads:
             env[THREADS_ENV] = str(self.torch_threads)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)

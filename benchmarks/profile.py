@@ -28,7 +28,7 @@ from benchmarks.triton_side import start_server, step_stats
 from tritonrepo.paths import BUILD_DIR
 from tritonrepo.text import spec
 
-STEPS = (spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.POOL_MODEL)
+STEPS = (spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.NORMALIZE_MODEL)
 
 
 def stub_pids() -> dict[str, int]:

@@ -22,14 +22,14 @@ from benchmarks.triton_side import profile, serving, sweep, variant, without_dyn
 from tritonrepo.launcher import TritonServer, free_port
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.text import spec
-from tritonrepo.text.pooling import mean_pool_normalize
+from tritonrepo.text.pooling import l2_normalize
 from tritonrepo.text.tokenization import TextTokenizer
 from tritonrepo_client import EmbeddingClient
 
 WORKLOAD = "text_embedding"
 MIN_COSINE = 0.99  # accuracy floor of a served variant (issue 8)
 CHECKED = 0.9999  # what the FP32 systems must reach against sentence-transformers
-STEPS = (spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.POOL_MODEL)
+STEPS = (spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.NORMALIZE_MODEL)
 VERSION_NAMES = {
     "fp32": "FP32",
     "bf16": "bf16-rounded weights",
@@ -120,8 +120,8 @@ def in_process(texts: list[str], settings: Settings) -> tuple[list[System], np.n
             for start in range(0, len(texts), 32):
                 rows = order[start : start + 32]
                 ids, mask = tokenizer.encode([texts[i] for i in rows])
-                (tokens,) = session.run(None, {"input_ids": ids, "attention_mask": mask})
-                got[rows] = mean_pool_normalize(tokens, mask)
+                (pooled,) = session.run(None, {"input_ids": ids, "attention_mask": mask})
+                got[rows] = l2_normalize(pooled)
 
         encode_all()  # warm-up
         started = time.perf_counter()

@@ -10,9 +10,9 @@ FP32 on the model's ONNX export, and the *candidate*, any Polygraphy runner — 
 
 Figures per model (feeds from ``builders.plan_data``):
 
-* ``text_embedding_encoder``: cosine of the pooled sentence embeddings (masked mean + L2 norm,
-  ``tritonrepo.text.pooling.mean_pool_normalize``, what the ensemble returns), min and mean over
-  256 real eval texts in dynamic batches of 32.
+* ``text_embedding_encoder``: cosine of the sentence embeddings (the graph's masked mean,
+  L2-normalised by ``tritonrepo.text.pooling.l2_normalize``: what the ensemble returns), min
+  and mean over 256 real eval texts in dynamic batches of 32.
 * ``ctr_model``: max abs CTR difference (CTR is a probability, unitless) and held-out AUC of
   both (``builders.ctr_onnx.auc``) on 4,096 held-out click-log rows.
 * ``ctr_session``: the same on 512 held-out users with 8 candidates each (scores matched to
@@ -109,14 +109,13 @@ def paired_outputs(reference, candidate, feeds: Sequence[Feed]) -> Iterator[tupl
 
 
 def _text(reference, candidate, feeds: Sequence[Feed]) -> dict:
-    from tritonrepo.text.pooling import mean_pool_normalize
+    from tritonrepo.text.pooling import l2_normalize
 
     cosines = []
     outputs = paired_outputs(reference, candidate, feeds)
-    for feed, (ref, cand) in zip(feeds, outputs, strict=True):
-        mask = feed[text_spec.ENCODER_INPUTS[1]]
-        a = mean_pool_normalize(ref[text_spec.ENCODER_OUTPUT], mask)
-        b = mean_pool_normalize(cand[text_spec.ENCODER_OUTPUT], mask)
+    for _feed, (ref, cand) in zip(feeds, outputs, strict=True):
+        a = l2_normalize(ref[text_spec.ENCODER_OUTPUT])
+        b = l2_normalize(cand[text_spec.ENCODER_OUTPUT])
         cosines.append((a * b).sum(axis=1))
     cos = np.concatenate(cosines)
     return {

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from tritonrepo.text import corpus
-from tritonrepo.text.pooling import mean_pool_normalize
+from tritonrepo.text.pooling import l2_normalize
 from tritonrepo.text.tokenization import TextTokenizer
 
 NUM_HEADS = 12  # all-MiniLM-L6-v2 config.json: num_attention_heads
@@ -85,8 +85,8 @@ def embed(session, tokenizer: TextTokenizer, texts: list[str]) -> np.ndarray:
     """Sentence embeddings FP32 ``[len(texts), hidden]`` of one batch, as the ensemble computes
     them (tokenized together, padded to the longest, mean-pooled, L2-normalised)."""
     ids, mask = tokenizer.encode(texts)
-    (tokens,) = session.run(None, {"input_ids": ids, "attention_mask": mask})
-    return mean_pool_normalize(tokens, mask)
+    (pooled,) = session.run(None, {"input_ids": ids, "attention_mask": mask})
+    return l2_normalize(pooled)
 
 
 def session_for(path: Path):

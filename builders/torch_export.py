@@ -7,12 +7,17 @@ traced with (``tritonrepo.torch_runner.check_program_metadata`` refuses another 
 
 Writes, per model, ``<model>/1/model.pt2`` and ``<model>/1/torch_metadata.json``:
 
-* ``text_embedding_encoder``: the BERT encoder of all-MiniLM-L6-v2 from the source weights,
-  inputs ``input_ids``/``attention_mask`` INT64 ``[batch, seq]``, output ``token_embeddings``
-  ``[batch, seq, 384]`` in the build precision; batch 1..``max_batch_size`` of
+* ``text_embedding_encoder``: the BERT encoder of all-MiniLM-L6-v2 from the source weights
+  followed by attention-masked mean pooling, inputs ``input_ids``/``attention_mask`` INT64
+  ``[batch, seq]``, output ``sentence_embedding`` FP32 ``[batch, 384]`` (the encoder runs in the
+  build precision, the pooling sums in FP32); batch 1..``max_batch_size`` of
   ``configs/torch_gpu.pbtxt``, seq 1..256 (``tritonrepo.text.spec.MAX_SEQ_LENGTH``).
 * ``ctr_model``: ``builders.ctr_network.ExportGraph`` of the trained weights (``make
   artifacts``), ``input_ids`` INT64 ``[batch, 64]`` → ``ctr`` FP32 ``[batch, 1]``.
+* ``image_classifier`` (EfficientNet-Lite0, ImageNet weights) and ``image_classifier_resnet50``
+  (random weights, seed 0): ``pixels`` FP32 ``[batch, 3, 224, 224]`` → ``logits`` FP32
+  ``[batch, 1000]`` (``builders/image_torch_export.py``, which also gates them: top-1/top-5 on
+  real photographs equal to FP32 up to near-ties).
 
 Accuracy gate, after each export, against the FP32 PyTorch model on the same device and real
 inputs, with the TensorRT plans' tolerances (``builders.accuracy_gate.TOLERANCES``): the text
@@ -41,16 +46,18 @@ from pathlib import Path
 
 import numpy as np
 
+from builders import image_torch_export
 from builders.accuracy_gate import TOLERANCES, Tolerance
 from builders.file_digest import sha256
 from tritonrepo.ctr import spec as ctr_spec
+from tritonrepo.image import spec as image_spec
 from tritonrepo.model_config import config_path, load_config
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 from tritonrepo.text import spec as text_spec
 from tritonrepo.torch_runner import METADATA_FILE
 
 CONFIG_SET = "torch_gpu"
-MODELS = (text_spec.ENCODER_MODEL, ctr_spec.CORE_MODEL)
+MODELS = (text_spec.ENCODER_MODEL, ctr_spec.CORE_MODEL, *image_torch_export.MODELS)
 CTR_WEIGHTS = BUILD_DIR / "ctr" / "model.pt"
 GATE_TEXTS = 256  # real mixed texts (tritonrepo.text.corpus, eval split)
 GATE_ROWS = 4096  # held-out click-log rows
@@ -89,10 +96,13 @@ def export_text_encoder(device: str, precision: str, batch: int, source: Path):
 
     Returns:
         ``(ExportedProgram, fp32 torch.nn.Module)``; both map ``(input_ids, attention_mask)``
-        INT64 ``[b, s]`` to ``token_embeddings`` ``[b, s, 384]``.
+        INT64 ``[b, s]`` to ``sentence_embedding`` FP32 ``[b, 384]`` (masked mean of the
+        token embeddings, :func:`tritonrepo.text.pooling.mean_pool_torch`).
     """
     import torch
     from transformers import AutoModel
+
+    from tritonrepo.text.pooling import mean_pool_torch
 
     class Encoder(torch.nn.Module):
         def __init__(self, model: torch.nn.Module) -> None:
@@ -100,7 +110,8 @@ def export_text_encoder(device: str, precision: str, batch: int, source: Path):
             self.model = model
 
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            tokens = self.model(input_ids=input_ids, attention_mask=attention_mask)
+            return mean_pool_torch(tokens.last_hidden_state, attention_mask)
 
     dtype = {"fp16": torch.float16, "fp32": torch.float32}[precision]
     model = Encoder(AutoModel.from_pretrained(source, dtype=dtype)).to(device).eval()
@@ -120,7 +131,7 @@ def export_text_encoder(device: str, precision: str, batch: int, source: Path):
 
 
 def text_gate(program, reference, device: str, gate: Tolerance) -> dict[str, float]:
-    """Min cosine of the program's pooled embeddings vs FP32 on real mixed texts.
+    """Min cosine of the program's (normalised) sentence embeddings vs FP32 on real mixed texts.
 
     Raises:
         RuntimeError: below ``gate.min_cosine``.
@@ -128,7 +139,6 @@ def text_gate(program, reference, device: str, gate: Tolerance) -> dict[str, flo
     import torch
 
     from tritonrepo.text.corpus import real_texts
-    from tritonrepo.text.pooling import mean_pool_normalize_torch
     from tritonrepo.text.tokenization import TextTokenizer
 
     tokenizer = TextTokenizer(
@@ -142,8 +152,8 @@ def text_gate(program, reference, device: str, gate: Tolerance) -> dict[str, flo
                 torch.as_tensor(a, device=device)
                 for a in tokenizer.encode(texts[start : start + 32])
             )
-            got = mean_pool_normalize_torch(module(ids, mask), mask)
-            want = mean_pool_normalize_torch(reference(ids, mask), mask)
+            got = torch.nn.functional.normalize(module(ids, mask), dim=1)
+            want = torch.nn.functional.normalize(reference(ids, mask), dim=1)
             worst = min(worst, float((got * want).sum(dim=1).min()))
     if worst < gate.min_cosine:
         raise RuntimeError(f"accuracy gate: min cosine {worst:.6f} < {gate.min_cosine}")
@@ -236,6 +246,13 @@ def build(model: str, repository: Path, device: str, precision: str) -> dict:
         accuracy = ctr_gate(program, reference, device, gate)
         inputs = {ctr_spec.CORE_INPUT: ["batch", ctr_spec.SEQ_LENGTH]}
         source_file = CTR_WEIGHTS
+        shapes = {"batch": [1, batch]}
+    elif model in image_torch_export.MODELS:
+        gate = image_torch_export.GATES[precision]
+        program, reference = image_torch_export.export_image_model(model, device, precision, batch)
+        accuracy = image_torch_export.image_gate(program, reference, device, gate)
+        inputs = {image_spec.CORE_INPUT: ["batch", 3, 224, 224]}
+        source_file = image_torch_export.source_file(model)
         shapes = {"batch": [1, batch]}
     else:
         raise ValueError(f"no torch export for {model}; known: {MODELS}")

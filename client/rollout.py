@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tritonrepo.text.pooling import mean_pool_normalize
+from tritonrepo.text.pooling import l2_normalize
 from tritonrepo_client.connection import ClientError, TritonConnection
 from tritonrepo_client.repository import RepositoryClient
 
@@ -92,12 +92,13 @@ class TensorCanary:
 @dataclass
 class EmbeddingCanary:
     """For a text-embedding encoder: tokenize probe texts with the server's tokenizer model,
-    run both encoder versions, pool (masked mean + L2) and require cosine ≥ ``min_cosine`` for
-    every text."""
+    run both encoder versions, L2-normalise their pooled outputs and require cosine
+    ≥ ``min_cosine`` for every text."""
 
     texts: Sequence[str]
     min_cosine: float = 0.99
     tokenizer_model: str = "text_embedding_tokenize"
+    encoder_output: str = "sentence_embedding"  # FP32 [batch, 384], the masked mean
 
     def compare(self, conn: TritonConnection, model: str, old: int, new: int) -> CanaryResult:
         """Min cosine over the probe texts between the two versions' sentence embeddings."""
@@ -105,8 +106,8 @@ class EmbeddingCanary:
         tokens = conn.infer(self.tokenizer_model, {"TEXT": text}, ["input_ids", "attention_mask"])
         pooled = []
         for version in (old, new):
-            out = conn.infer(model, tokens, ["token_embeddings"], model_version=str(version))
-            pooled.append(mean_pool_normalize(out["token_embeddings"], tokens["attention_mask"]))
+            out = conn.infer(model, tokens, [self.encoder_output], model_version=str(version))
+            pooled.append(l2_normalize(out[self.encoder_output]))
         cosines = (pooled[0] * pooled[1]).sum(axis=1)
         worst = float(cosines.min())
         return CanaryResult(

@@ -12,6 +12,7 @@ checked against the answers from before.
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -41,7 +42,7 @@ MODELS = (
     "text_embedding",
     "text_embedding_tokenize",
     "text_embedding_encoder",
-    "text_embedding_pool",
+    "text_embedding_normalize",
     "ctr_ranking",
     "ctr_preprocess",
     "ctr_model",
@@ -54,7 +55,8 @@ HISTORY, CANDIDATES = [12, 7, 981, 4000, 5], [5, 66, 981, 4000, 17, 250, 3, 9000
 
 def config_copy(tmp_path: Path) -> Path:
     """The configs of MODELS (no artifacts: the server has them) plus an ``alt`` set: a copy
-    of every ``cpu.pbtxt``, with the instance counts of the two core models swapped."""
+    of every ``cpu.pbtxt``, with the instance counts of the two core models swapped; and a
+    ``half`` set whose encoder declares its output FP16 (an interface change)."""
     root = tmp_path / "repository"
     for model in MODELS:
         source, target = MODEL_REPOSITORY / model, root / model
@@ -70,6 +72,11 @@ def config_copy(tmp_path: Path) -> Path:
         elif model == "ctr_model":
             alt = alt.replace("count: 1 kind: KIND_CPU", "count: 2 kind: KIND_CPU")
         (cpu_file.parent / "alt.pbtxt").write_text(alt)
+    encoder = root / "text_embedding_encoder" / "configs"
+    half = (encoder / "cpu.pbtxt").read_text()
+    fp32 = 'name: "sentence_embedding" data_type: TYPE_FP32'
+    assert fp32 in half
+    (encoder / "half.pbtxt").write_text(half.replace(fp32, fp32.replace("FP32", "FP16")))
     return root
 
 
@@ -158,7 +165,7 @@ def test_a_set_that_cannot_load_here_is_undone_and_nothing_is_dropped(
 @pytest.mark.server
 def test_a_set_that_changes_an_interface_is_refused_before_loading(control_server, tmp_path):
     sets_before = served_sets(control_server)
-    result = configs(control_server, tmp_path, "use", "torch_gpu")
+    result = configs(control_server, tmp_path, "use", "half")
     assert result.returncode == 1
     assert "changes the model's interface" in result.stderr, result.stderr
     assert "TYPE_FP16" in result.stderr and "nothing was switched" in result.stderr
@@ -183,8 +190,11 @@ def test_interface_change_names_the_tensor() -> None:
     gpu, _ = target_config(MODEL_REPOSITORY, "text_embedding_encoder", "torch_gpu", {})
     trt, _ = target_config(MODEL_REPOSITORY, "text_embedding_encoder", "default", {})
     assert interface_change(cpu, trt) is None
-    change = interface_change(cpu, gpu)
-    assert change is not None and "token_embeddings" in change and "TYPE_FP16" in change
+    assert interface_change(cpu, gpu) is None  # every set hands on FP32 sentence embeddings
+    half = copy.deepcopy(gpu)
+    half["output"][0]["data_type"] = "TYPE_FP16"
+    change = interface_change(cpu, half)
+    assert change is not None and "sentence_embedding" in change and "TYPE_FP16" in change
     assert json.loads(json.dumps(cpu)) == cpu  # a load-API override is sent as JSON
 
 

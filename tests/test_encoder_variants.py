@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import require_artifacts
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.text import corpus, spec
-from tritonrepo.text.pooling import mean_pool_normalize
+from tritonrepo.text.pooling import l2_normalize
 from tritonrepo.text.tokenization import TextTokenizer
 from tritonrepo_client import EmbeddingClient, RepositoryClient, rollback, rollout
 
@@ -49,8 +49,8 @@ def embed_with(version: int, tokenizer: TextTokenizer, batches: list[list[str]])
     out = []
     for batch in batches:
         ids, mask = tokenizer.encode(batch)
-        (tokens,) = session.run(None, {"input_ids": ids, "attention_mask": mask})
-        out.append(mean_pool_normalize(tokens, mask))
+        (pooled,) = session.run(None, {"input_ids": ids, "attention_mask": mask})
+        out.append(l2_normalize(pooled))
     return np.concatenate(out)
 
 

@@ -187,14 +187,14 @@ def test_unloading_a_step_mid_flight_fails_cleanly_and_a_reload_serves(control_s
     # Triton 2.51 takes the ensemble down with its step: "Request for unknown model:
     # 'text_embedding' has no available versions" (or the step itself is named).
     step_gone = re.compile(
-        rf"unknown model: '({spec.ENSEMBLE}|{spec.POOL_MODEL})'"
-        rf"|{spec.POOL_MODEL}.*(not found|not ready|unavailable)",
+        rf"unknown model: '({spec.ENSEMBLE}|{spec.NORMALIZE_MODEL})'"
+        rf"|{spec.NORMALIZE_MODEL}.*(not found|not ready|unavailable)",
         re.I,
     )
     with Load(embedding_call(control_server, reference)) as load, repo_for(control_server) as repo:
         time.sleep(1.5)  # requests in flight at every step
-        repo.unload(spec.POOL_MODEL)
-        repo.wait_until(spec.POOL_MODEL, [1], timeout_s=DRAIN_DEADLINE_S)
+        repo.unload(spec.NORMALIZE_MODEL)
+        repo.wait_until(spec.NORMALIZE_MODEL, [1], timeout_s=DRAIN_DEADLINE_S)
         with pytest.raises(ClientError) as gone:  # deterministic: sent while the step is gone
             embed(control_server, TEXTS)
         assert step_gone.search(str(gone.value)), str(gone.value)
@@ -310,7 +310,12 @@ def test_short_client_timeouts_are_rejected_from_the_queue_and_it_drains(control
     """A queue built by 8 clients sending batches without a timeout; requests with a 1 ms queue
     timeout are rejected by Triton (the ensemble passes the timeout to its steps, whose
     default_queue_policy allows the override) while the others are all served."""
-    for model in (spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.POOL_MODEL, ctr_spec.CORE_MODEL):
+    for model in (
+        spec.TOKENIZE_MODEL,
+        spec.ENCODER_MODEL,
+        spec.NORMALIZE_MODEL,
+        ctr_spec.CORE_MODEL,
+    ):
         with repo_for(control_server) as repo:
             policy = repo.config(model)["dynamic_batching"]["default_queue_policy"]
         assert policy["allow_timeout_override"] and int(policy["default_timeout_microseconds"]) > 0

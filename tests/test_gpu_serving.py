@@ -1,9 +1,9 @@
 """The torch_gpu config set on a real server and a real GPU (``make test-gpu``).
 
-Every model of the set serves on the GPU: text_embedding (tokenizer on the host, encoder and
-pooling on the GPU, tensors between them through DLPack), ctr_ranking and ctr_session (ctr_model
-on the GPU). References: sentence-transformers in FP32 and the trained PyTorch CTR network, not
-the code under test. Skipped without a CUDA GPU.
+Every core model of the set serves on the GPU: text_embedding (tokenizer and normalisation on
+the host, encoder and mean pooling in one program on the GPU, one host copy per batch),
+ctr_ranking and ctr_session (ctr_model on the GPU). References: sentence-transformers in FP32
+and the trained PyTorch CTR network, not the code under test. Skipped without a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def ctr_tolerance() -> float:
     return torch_export.GATES[metadata["precision"]].max_ctr_diff
 
 
-CORE_MODELS = ("ctr_ranking", "ctr_session", spec.ENCODER_MODEL, spec.POOL_MODEL)
+CORE_MODELS = ("ctr_ranking", "ctr_session", spec.ENCODER_MODEL, spec.NORMALIZE_MODEL)
 
 
 def start(name: str, models: tuple[str, ...]):
@@ -69,7 +69,7 @@ def gpu_server():
 @pytest.fixture(scope="module")
 def core_server():
     """The torch_gpu set without the text_embedding ensemble and its tokenizer: the models
-    whose requests carry no BYTES tensor (see test_encoder_and_pool_on_the_gpu)."""
+    whose requests carry no BYTES tensor (see test_encoder_and_normalize_steps_on_the_gpu)."""
     with start("gpu-core", CORE_MODELS) as server:
         yield server
 
@@ -94,15 +94,18 @@ def cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
 def test_every_core_model_runs_on_the_gpu(core_server):
     o = core_server.options
     with RepositoryClient(o.http_url, "http", key=o.repository_key or "") as repo:
-        for model in (spec.ENCODER_MODEL, spec.POOL_MODEL, ctr_spec.CORE_MODEL):
+        for model in (spec.ENCODER_MODEL, ctr_spec.CORE_MODEL):
             config = repo.config(model)
             assert {g["kind"] for g in config["instance_group"]} == {"KIND_GPU"}, model
-        assert repo.config(spec.ENCODER_MODEL)["backend"] == "torch_python"
+            assert config["backend"] == "torch_python"
+        log = core_server.options.log_file.read_text()
+        assert f"{spec.ENCODER_MODEL}: 35 CUDA graphs captured" in log, "graphs were not captured"
 
 
-def test_encoder_and_pool_on_the_gpu(core_server, gpu_reference):
-    """The GPU steps called directly with the tokenizer's output: ragged requests joined on
-    the GPU, FP16 token embeddings, pooled by the GPU pooling step."""
+def test_encoder_and_normalize_steps_on_the_gpu(core_server, gpu_reference):
+    """The steps called directly with the tokenizer's output, from 16 threads at once: ragged
+    requests joined on the host, run on the GPU (CUDA graphs for small batches) and pooled in
+    the program; FP32 ``[1, 384]`` host rows reach the normalisation step."""
     import tritonclient.grpc as grpcclient
 
     tokenizer = TextTokenizer(
@@ -114,20 +117,18 @@ def test_encoder_and_pool_on_the_gpu(core_server, gpu_reference):
     def infer(model: str, arrays: dict[str, np.ndarray], output: str) -> np.ndarray:
         tensors = []
         for name, array in arrays.items():
-            dtype = {"int64": "INT64", "float16": "FP16"}[array.dtype.name]
+            dtype = {"int64": "INT64", "float32": "FP32"}[array.dtype.name]
             tensors.append(grpcclient.InferInput(name, list(array.shape), dtype))
             tensors[-1].set_data_from_numpy(array)
         return client.infer(model, tensors).as_numpy(output)
 
     def embed(text: str) -> np.ndarray:
         ids, mask = tokenizer.encode([text])
-        tokens = infer(
+        pooled = infer(
             spec.ENCODER_MODEL, {"input_ids": ids, "attention_mask": mask}, spec.ENCODER_OUTPUT
         )
-        assert tokens.dtype == np.float16 and tokens.shape == (1, ids.shape[1], spec.HIDDEN_SIZE)
-        return infer(
-            spec.POOL_MODEL, {"token_embeddings": tokens, "attention_mask": mask}, "EMBEDDING"
-        )[0]
+        assert pooled.dtype == np.float32 and pooled.shape == (1, spec.HIDDEN_SIZE)
+        return infer(spec.NORMALIZE_MODEL, {spec.ENCODER_OUTPUT: pooled}, "EMBEDDING")[0]
 
     try:
         with ThreadPoolExecutor(16) as pool:

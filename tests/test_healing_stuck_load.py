@@ -63,12 +63,12 @@ def stuck_server(tmp_path) -> Iterator[TritonServer]:
     require_artifacts()
     repo = tmp_path / "repository"
     repo.mkdir()
-    for model in (spec.ENSEMBLE, spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.POOL_MODEL):
+    for model in (spec.ENSEMBLE, spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.NORMALIZE_MODEL):
         (repo / model).symlink_to(MODEL_REPOSITORY / model, target_is_directory=True)
     (repo / STUCK / "1").mkdir(parents=True)
-    config = (MODEL_REPOSITORY / spec.POOL_MODEL / "config.pbtxt").read_text()
+    config = (MODEL_REPOSITORY / spec.NORMALIZE_MODEL / "config.pbtxt").read_text()
     (repo / STUCK / "config.pbtxt").write_text(
-        config.replace(f'name: "{spec.POOL_MODEL}"', f'name: "{STUCK}"')
+        config.replace(f'name: "{spec.NORMALIZE_MODEL}"', f'name: "{STUCK}"')
     )
     options = server_options(
         "test_healing_stuck_load",
@@ -149,7 +149,7 @@ def step_copies_server(tmp_path) -> Iterator[TritonServer]:
     repo.mkdir()
     for model in (spec.ENSEMBLE, spec.ENCODER_MODEL):
         (repo / model).symlink_to(MODEL_REPOSITORY / model, target_is_directory=True)
-    for model in (spec.TOKENIZE_MODEL, spec.POOL_MODEL):
+    for model in (spec.TOKENIZE_MODEL, spec.NORMALIZE_MODEL):
         shutil.copytree(
             MODEL_REPOSITORY / model, repo / model, ignore=shutil.ignore_patterns("__pycache__")
         )
@@ -169,7 +169,7 @@ def test_a_reload_that_never_returns_is_abandoned_and_not_sent_again(step_copies
     server = step_copies_server
     o = server.options
     (Path(o.model_repository) / spec.TOKENIZE_MODEL / "1" / "model.py").unlink()
-    dead = [f"{spec.TOKENIZE_MODEL}_0_0", f"{spec.POOL_MODEL}_0_0"]
+    dead = [f"{spec.TOKENIZE_MODEL}_0_0", f"{spec.NORMALIZE_MODEL}_0_0"]
     for stub in server.stub_processes():
         if stub.instance in dead:
             os.kill(stub.pid, signal.SIGKILL)
@@ -180,11 +180,11 @@ def test_a_reload_that_never_returns_is_abandoned_and_not_sent_again(step_copies
         took = time.monotonic() - started
         steps = {s.step: s for s in report.steps}
         print(f"\npass: {took:.1f} s; " + "; ".join(s.line() for s in report.steps))
-        assert set(steps) == {spec.TOKENIZE_MODEL, spec.POOL_MODEL}, report.steps
+        assert set(steps) == {spec.TOKENIZE_MODEL, spec.NORMALIZE_MODEL}, report.steps
         tokenize = steps[spec.TOKENIZE_MODEL]
         assert tokenize.outcome == "failed", tokenize
         assert "did not finish within 5 s" in tokenize.detail, tokenize
-        assert steps[spec.POOL_MODEL].reload_s is not None  # tried too, not skipped
+        assert steps[spec.NORMALIZE_MODEL].reload_s is not None  # tried too, not skipped
         assert took < 60.0, f"pass took {took:.0f} s"
         assert not report.healthy
         time.sleep(healer.backoff_s * 2 + 1)  # past the backoff: only the stuck load holds it

@@ -84,10 +84,10 @@ def test_missing_artifact_names_the_model_and_the_fix(tmp_path):
 
 def test_broken_config_names_the_model(tmp_path):
     repo = copy_repository(tmp_path)
-    config = repo / spec.POOL_MODEL / "config.pbtxt"
+    config = repo / spec.NORMALIZE_MODEL / "config.pbtxt"
     config.write_text(config.read_text().replace('backend: "python"', 'backend: "no_such"'))
     with pytest.raises(
-        LaunchError, match=f"model '{spec.POOL_MODEL}'.*backend 'no_such' is unknown"
+        LaunchError, match=f"model '{spec.NORMALIZE_MODEL}'.*backend 'no_such' is unknown"
     ):
         TritonServer(server_options(model_repository=repo)).start()
 

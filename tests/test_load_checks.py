@@ -2,7 +2,7 @@
 the server's repository, and say what to fix (:mod:`tritonrepo_client.load_checks`).
 
 One server for the module (``text_embedding`` only) on a repository of its own: links to the
-real models, a copy of the pool step (a test changes its config) and broken copies of it, which
+real models, a copy of the normalize step (a test changes its config) and broken copies of it, which
 the server never loads at start.
 """
 
@@ -24,14 +24,14 @@ from tritonrepo_client import RepositoryClient
 from tritonrepo_client.rollout import RolloutError, rollout
 
 pytestmark = pytest.mark.server
-NO_MODEL_PY = "pool_without_model_py"
-TYPOS = {  # model -> (text replaced in the pool's config, replacement, protobuf's reason)
-    "pool_type_typo": (
-        'name: "attention_mask" data_type: TYPE_INT64',
-        'name: "attention_mask" data_type: TYPE_FP23',
+NO_MODEL_PY = "normalize_without_model_py"
+TYPOS = {  # model -> (text replaced in the normalize step's config, replacement, protobuf's reason)
+    "normalize_type_typo": (
+        'name: "sentence_embedding" data_type: TYPE_FP32',
+        'name: "sentence_embedding" data_type: TYPE_FP23',
         'Enum type "inference.DataType" has no value named TYPE_FP23.',
     ),
-    "pool_field_typo": (
+    "normalize_field_typo": (
         "max_batch_size: 64",
         "max_batch_sise: 64",
         'Message type "inference.ModelConfig" has no field named "max_batch_sise".',
@@ -39,14 +39,18 @@ TYPOS = {  # model -> (text replaced in the pool's config, replacement, protobuf
 }
 
 
-def pool_copy(repo: Path, name: str, keep_model_py: bool = True) -> Path:
-    """A copy of the pool step named ``name`` (its config's name too)."""
+def normalize_copy(repo: Path, name: str, keep_model_py: bool = True) -> Path:
+    """A copy of the normalize step named ``name`` (its config's name too)."""
     folder = repo / name
     shutil.copytree(
-        MODEL_REPOSITORY / spec.POOL_MODEL, folder, ignore=shutil.ignore_patterns("__pycache__")
+        MODEL_REPOSITORY / spec.NORMALIZE_MODEL,
+        folder,
+        ignore=shutil.ignore_patterns("__pycache__"),
     )
     config = folder / "config.pbtxt"
-    config.write_text(config.read_text().replace(f'name: "{spec.POOL_MODEL}"', f'name: "{name}"'))
+    config.write_text(
+        config.read_text().replace(f'name: "{spec.NORMALIZE_MODEL}"', f'name: "{name}"')
+    )
     if not keep_model_py:
         (folder / "1" / "model.py").unlink()
     return folder
@@ -59,15 +63,15 @@ def repository(tmp_path_factory) -> Path:
     for model in (spec.ENSEMBLE, spec.TOKENIZE_MODEL, spec.ENCODER_MODEL):
         (repo / model).symlink_to(MODEL_REPOSITORY / model, target_is_directory=True)
     shutil.copytree(
-        MODEL_REPOSITORY / spec.POOL_MODEL,
-        repo / spec.POOL_MODEL,
+        MODEL_REPOSITORY / spec.NORMALIZE_MODEL,
+        repo / spec.NORMALIZE_MODEL,
         ignore=shutil.ignore_patterns("__pycache__"),
     )
-    pool_copy(repo, NO_MODEL_PY, keep_model_py=False)
+    normalize_copy(repo, NO_MODEL_PY, keep_model_py=False)
     for name, (old, new, _) in TYPOS.items():
-        config = pool_copy(repo, name) / "config.pbtxt"
+        config = normalize_copy(repo, name) / "config.pbtxt"
         text = config.read_text()
-        assert old in text, f"{old!r} not in the pool's config"
+        assert old in text, f"{old!r} not in the normalize step's config"
         config.write_text(text.replace(old, new))
     return repo
 
@@ -135,7 +139,7 @@ def test_config_typo_is_named_with_its_file_line_and_column(server, repository, 
 def test_load_that_fails_at_the_server_says_why_from_the_index(server, repository):
     """Run away from the repository (nothing to check locally), the typo reaches Triton,
     whose answer is only "failed to poll": the index says Triton could not read the config."""
-    model = "pool_type_typo"
+    model = "normalize_type_typo"
     line = one_error_line(load(server, Path("/nonexistent/repository"), model))
     assert "failed to poll from model repository" in line, line
     assert f"Triton lists {model} but could not read its config" in line, line
@@ -143,9 +147,9 @@ def test_load_that_fails_at_the_server_says_why_from_the_index(server, repositor
 
 
 def test_model_name_typo_suggests_the_closest_name(server, repository):
-    line = one_error_line(load(server, repository, "text_embeding_pool"))
-    assert f"no model 'text_embeding_pool' in {repository}" in line, line
-    assert "did you mean 'text_embedding_pool'?" in line, line
+    line = one_error_line(load(server, repository, "text_embeding_normalize"))
+    assert f"no model 'text_embeding_normalize' in {repository}" in line, line
+    assert "did you mean 'text_embedding_normalize'?" in line, line
     out = cli(
         server, "rollout", "text_embeding_encoder", "--version", "2",
         "--model-repository", str(repository),
@@ -161,24 +165,25 @@ def test_model_name_typo_suggests_the_closest_name(server, repository):
 
 
 def test_interface_change_under_a_loaded_ensemble_is_refused_unless_forced(server, repository):
-    """The pool's output grows to 768 values while text_embedding (declared 384) is loaded:
-    refused, naming the ensemble and the tensor, and the ensemble keeps serving. With --force
-    it is loaded (and Triton takes the ensemble down); the original config then restores both."""
-    config = repository / spec.POOL_MODEL / "config.pbtxt"
+    """The normalize step's output grows to 768 values while text_embedding (declared 384) is
+    loaded: refused, naming the ensemble and the tensor, and the ensemble keeps serving. With
+    --force it is loaded (and Triton takes the ensemble down); the original config then restores
+    both."""
+    config = repository / spec.NORMALIZE_MODEL / "config.pbtxt"
     original = config.read_text()
     old = '{ name: "EMBEDDING" data_type: TYPE_FP32 dims: [ 384 ] }'
     assert old in original
     config.write_text(original.replace(old, old.replace("384", "768")))
     try:
-        line = one_error_line(load(server, repository, spec.POOL_MODEL))
-        assert f"the loaded ensemble '{spec.ENSEMBLE}' uses {spec.POOL_MODEL}" in line, line
+        line = one_error_line(load(server, repository, spec.NORMALIZE_MODEL))
+        assert f"the loaded ensemble '{spec.ENSEMBLE}' uses {spec.NORMALIZE_MODEL}" in line, line
         assert "tensor 'EMBEDDING'" in line and "--force" in line, line
         assert cli(server, "models", "ready", spec.ENSEMBLE).returncode == 0
-        forced = load(server, repository, spec.POOL_MODEL, "--force")
+        forced = load(server, repository, spec.NORMALIZE_MODEL, "--force")
         assert forced.returncode == 0, forced.stderr
     finally:
         config.write_text(original)
-        restored = load(server, repository, spec.POOL_MODEL, "--force")
+        restored = load(server, repository, spec.NORMALIZE_MODEL, "--force")
         again = load(server, repository, spec.ENSEMBLE)
     assert restored.returncode == 0, restored.stderr
     assert again.returncode == 0, again.stderr

@@ -67,16 +67,17 @@ def test_encoder_gpu_config_is_a_tensorrt_plan_matching_its_profile():
     assert cfg.dynamic_batching.max_queue_delay_microseconds > 0
 
 
+def interface(tensors) -> list[tuple]:
+    """(name, data_type, dims) of config tensors."""
+    return [(t.name, t.data_type, list(t.dims)) for t in tensors]
+
+
 def test_encoder_cpu_config_has_the_same_interface():
     gpu = load_config(MODEL_REPOSITORY / spec.ENCODER_MODEL / "config.pbtxt")
     cpu = load_config(config_path(MODEL_REPOSITORY, spec.ENCODER_MODEL, "cpu"))
     assert cpu.backend == "onnxruntime_python"
     assert [g.kind for g in cpu.instance_group] == [mc.ModelInstanceGroup.KIND_CPU]
     assert cpu.max_batch_size == gpu.max_batch_size
-
-    def interface(tensors):
-        return [(t.name, t.data_type, list(t.dims)) for t in tensors]
-
     assert interface(cpu.input) == interface(gpu.input)
     assert list(cpu.output) == list(gpu.output)
     # CPU only: requests of any length join one batch, and the backend packs them by length.
@@ -86,24 +87,26 @@ def test_encoder_cpu_config_has_the_same_interface():
 
 
 def test_torch_gpu_set_runs_the_core_steps_on_the_gpu_with_the_same_interface():
-    """The torch_gpu set keeps every model's inputs and the ensembles' interface; the engines
-    and the pooling step run on KIND_GPU, and the encoder's FP16 output is what pooling reads."""
-    for model in (spec.ENCODER_MODEL, spec.POOL_MODEL, "ctr_model"):
+    """The torch_gpu set keeps every core model's interface; the engines run on KIND_GPU and
+    hand their outputs to the host once per batch, so no per-request GPU tensor reaches a
+    Python step."""
+    for model in (spec.ENCODER_MODEL, "ctr_model"):
         default = load_config(MODEL_REPOSITORY / model / "config.pbtxt")
         gpu = load_config(config_path(MODEL_REPOSITORY, model, "torch_gpu"))
         assert gpu.name == model and {g.kind for g in gpu.instance_group} == {
             mc.ModelInstanceGroup.KIND_GPU
         }
-        assert [(t.name, t.data_type) for t in gpu.input if t.name != "token_embeddings"] == [
-            (t.name, t.data_type) for t in default.input if t.name != "token_embeddings"
-        ]
+        assert interface(gpu.input) == interface(default.input)
+        assert list(gpu.output) == list(default.output)
         assert gpu.max_batch_size >= default.max_batch_size
-        assert gpu.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no"
-    encoder = load_config(config_path(MODEL_REPOSITORY, spec.ENCODER_MODEL, "torch_gpu"))
-    pool = load_config(config_path(MODEL_REPOSITORY, spec.POOL_MODEL, "torch_gpu"))
-    assert encoder.backend == "torch_python" and encoder.output[0].data_type == mc.TYPE_FP16
-    pooled_input = next(t for t in pool.input if t.name == spec.ENCODER_OUTPUT)
-    assert pooled_input.data_type == encoder.output[0].data_type
+        assert gpu.backend == "torch_python"
+        assert gpu.parameters["output_device"].string_value == "cpu"
+    normalize = load_config(config_path(MODEL_REPOSITORY, spec.NORMALIZE_MODEL, "torch_gpu"))
+    assert {g.kind for g in normalize.instance_group} == {mc.ModelInstanceGroup.KIND_CPU}
+    encoder = load_config(MODEL_REPOSITORY / spec.ENCODER_MODEL / "config.pbtxt")
+    assert [(t.name, t.data_type, list(t.dims)) for t in encoder.output] == [
+        (spec.ENCODER_OUTPUT, mc.TYPE_FP32, [spec.HIDDEN_SIZE])
+    ]
 
 
 # --- the checker itself must catch broken ensembles ------------------------------------------
@@ -129,9 +132,9 @@ def broken_copy(tmp_path: Path, model: str, old: str, new: str) -> Path:
     [
         (
             spec.ENSEMBLE,
-            'key: "token_embeddings" value: "token_embeddings" }\n    }',
-            'key: "token_embedding" value: "token_embeddings" }\n    }',
-            "'token_embedding' is not an output of 'text_embedding_encoder'",
+            'key: "sentence_embedding" value: "sentence_embedding" }\n    }',
+            'key: "sentence_embeddings" value: "sentence_embedding" }\n    }',
+            "'sentence_embeddings' is not an output of 'text_embedding_encoder'",
         ),
         (
             spec.ENSEMBLE,
@@ -140,15 +143,15 @@ def broken_copy(tmp_path: Path, model: str, old: str, new: str) -> Path:
             "consumes ['ids_from_nowhere'], which no earlier step produces",
         ),
         (
-            spec.POOL_MODEL,
-            'name: "token_embeddings" data_type: TYPE_FP32 dims: [ -1, 384 ]',
-            'name: "token_embeddings" data_type: TYPE_FP16 dims: [ -1, 384 ]',
-            "expects TYPE_FP16 [batch, -1, 384]",
+            spec.NORMALIZE_MODEL,
+            'name: "sentence_embedding" data_type: TYPE_FP32 dims: [ 384 ]',
+            'name: "sentence_embedding" data_type: TYPE_FP16 dims: [ 384 ]',
+            "expects TYPE_FP16 [batch, 384]",
         ),
         (
-            spec.POOL_MODEL,
-            "dims: [ 384 ]",
-            "dims: [ 768 ]",
+            spec.NORMALIZE_MODEL,
+            'name: "EMBEDDING" data_type: TYPE_FP32 dims: [ 384 ]',
+            'name: "EMBEDDING" data_type: TYPE_FP32 dims: [ 768 ]',
             "output 'EMBEDDING' is declared TYPE_FP32 [batch, 384] but its step produces",
         ),
         (

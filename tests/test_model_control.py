@@ -19,7 +19,7 @@ from tritonrepo_client import (
 from tritonrepo_client.health import DEFAULT_MODELS
 
 pytestmark = pytest.mark.server
-STEPS = (spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.POOL_MODEL)
+STEPS = (spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.NORMALIZE_MODEL)
 
 
 def url(server, protocol: str) -> str:
@@ -105,9 +105,9 @@ def test_request_for_a_version_not_loaded_is_explained(control_server, protocol)
             match=r"version 2 of model 'text_embedding_encoder' is not loaded "
             r"\(loaded versions: 1\)",
         ):
-            conn.infer(spec.ENCODER_MODEL, inputs, ["token_embeddings"], model_version="2")
-        out = conn.infer(spec.ENCODER_MODEL, inputs, ["token_embeddings"], model_version="1")
-    assert out["token_embeddings"].shape == (1, 3, spec.HIDDEN_SIZE)
+            conn.infer(spec.ENCODER_MODEL, inputs, [spec.ENCODER_OUTPUT], model_version="2")
+        out = conn.infer(spec.ENCODER_MODEL, inputs, [spec.ENCODER_OUTPUT], model_version="1")
+    assert out[spec.ENCODER_OUTPUT].shape == (1, spec.HIDDEN_SIZE)
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -127,8 +127,8 @@ def test_health_fails_when_a_step_cannot_serve(control_server):
     """The server stays live, but the ensemble cannot answer: health must say so and exit
     non-zero, while the liveness check alone passes."""
     with repo_client(control_server, "http") as repo:
-        repo.unload(spec.POOL_MODEL)
-        repo.wait_until(spec.POOL_MODEL, [1], timeout_s=30)
+        repo.unload(spec.NORMALIZE_MODEL)
+        repo.wait_until(spec.NORMALIZE_MODEL, [1], timeout_s=30)
         try:
             out = cli(control_server, "health")
             assert out.returncode == 1, out.stdout

@@ -471,14 +471,14 @@ def test_a_killed_step_fires_the_restart_alert(server, prometheus, traffic):
 
 
 def test_an_unloaded_step_fires_model_not_ready(server, prometheus, traffic):
-    """Unload text_embedding_pool: Triton takes the ensemble down with it, the supervisor's
+    """Unload text_embedding_normalize: Triton takes the ensemble down with it, the supervisor's
     probe fails (not a dead stub, so nothing is reloaded), tritonrepo_model_ready drops to 0
     and TritonrepoModelNotReady fires for text_embedding only."""
     with RepositoryClient(
         server.options.http_url, "http", key=server.options.repository_key
     ) as repo:
         unloaded_at = time.monotonic()
-        repo.unload(spec.POOL_MODEL)
+        repo.unload(spec.NORMALIZE_MODEL)
     alert = ("TritonrepoModelNotReady", spec.ENSEMBLE)
     wait_for(f"{alert} firing", lambda: alert in prometheus.firing(), DATA_DEADLINE_S)
     print(f"\nunload -> {alert[0]} firing {time.monotonic() - unloaded_at:.1f} s")

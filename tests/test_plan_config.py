@@ -102,7 +102,7 @@ def test_engine_dtype_names_follow_tensorrt_backend_conversion():
 ENCODER_ENGINE = [
     IOTensor("input_ids", "int64", (-1, -1), True),
     IOTensor("attention_mask", "int64", (-1, -1), True),
-    IOTensor("token_embeddings", "float32", (-1, -1, 384), False),
+    IOTensor("sentence_embedding", "float32", (-1, 384), False),
 ]
 
 
@@ -115,10 +115,10 @@ def test_encoder_config_agrees_with_an_fp16_build_that_keeps_fp32_io():
     ("engine", "problem"),
     [
         (
-            [*ENCODER_ENGINE[:2], IOTensor("token_embeddings", "float16", (-1, -1, 384), False)],
-            "output 'token_embeddings': the config says { name: \"token_embeddings\" data_type: "
-            'TYPE_FP32 dims: [ -1, 384 ] }, the engine has { name: "token_embeddings" '
-            "data_type: TYPE_FP16 dims: [ -1, 384 ] }",
+            [*ENCODER_ENGINE[:2], IOTensor("sentence_embedding", "float16", (-1, 384), False)],
+            "output 'sentence_embedding': the config says { name: \"sentence_embedding\" "
+            'data_type: TYPE_FP32 dims: [ 384 ] }, the engine has { name: "sentence_embedding" '
+            "data_type: TYPE_FP16 dims: [ 384 ] }",
         ),
         (
             [IOTensor("input_ids", "int32", (-1, -1), True), *ENCODER_ENGINE[1:]],
@@ -130,7 +130,7 @@ def test_encoder_config_agrees_with_an_fp16_build_that_keeps_fp32_io():
             'the engine has input { name: "token_type_ids" data_type: TYPE_INT64 dims: [ -1 ] }',
         ),
         (
-            [*ENCODER_ENGINE[:2], IOTensor("token_embeddings", "float32", (64, -1, 384), False)],
+            [*ENCODER_ENGINE[:2], IOTensor("sentence_embedding", "float32", (64, 384), False)],
             "first dimension must be the dynamic batch",
         ),
     ],

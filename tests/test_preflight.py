@@ -45,7 +45,7 @@ def test_built_repository_passes_for_the_cpu_set():
     assert errors(findings) == []
     checked = {f.model for f in findings}
     # dependencies are followed: ensemble steps and ctr_session's BLS target
-    assert {spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.POOL_MODEL, "ctr_model"} <= checked
+    assert {spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.NORMALIZE_MODEL, "ctr_model"} <= checked
 
 
 def test_cli_reports_missing_plans_for_the_gpu_set_and_exits_1(repo):
@@ -105,24 +105,22 @@ def test_plan_for_another_gpu_or_too_small_a_profile_is_refused(repo, monkeypatc
 
 
 def test_python_model_without_model_py_is_refused(repo):
-    (repo / spec.POOL_MODEL / "1" / "model.py").unlink()
-    assert errors(preflight.check_model(repo, spec.POOL_MODEL, "cpu")) == [
-        f"{spec.POOL_MODEL}: 1/model.py is missing"
+    (repo / spec.NORMALIZE_MODEL / "1" / "model.py").unlink()
+    assert errors(preflight.check_model(repo, spec.NORMALIZE_MODEL, "cpu")) == [
+        f"{spec.NORMALIZE_MODEL}: 1/model.py is missing"
     ]
 
 
 def test_config_that_disagrees_with_the_onnx_graph_is_refused(repo):
     cpu = repo / spec.ENCODER_MODEL / "configs" / "cpu.pbtxt"
-    text = cpu.read_text().replace("dims: [ -1, 384 ]", "dims: [ -1, 768 ]")
+    text = cpu.read_text().replace("dims: [ 384 ]", "dims: [ 768 ]")
     text = text.replace(
         'name: "attention_mask" data_type: TYPE_INT64',
         'name: "attention_mask" data_type: TYPE_INT32',
     )
     cpu.write_text(text)
     found = errors(preflight.check_model(repo, spec.ENCODER_MODEL, "cpu"))
-    assert any(
-        "'token_embeddings' has dims [-1, 768] in the config but [-1, 384]" in e for e in found
-    )
+    assert any("'sentence_embedding' has dims [768] in the config but [384]" in e for e in found)
     assert any(
         "'attention_mask' is TYPE_INT32 in the config but element type 7" in e for e in found
     )
@@ -159,8 +157,8 @@ def test_launcher_runs_preflight_before_starting(repo):
     ("old", "new", "reason"),
     [
         (
-            'name: "attention_mask" data_type: TYPE_INT64',
-            'name: "attention_mask" data_type: TYPE_FP23',
+            'name: "sentence_embedding" data_type: TYPE_FP32',
+            'name: "sentence_embedding" data_type: TYPE_FP23',
             'Enum type "inference.DataType" has no value named TYPE_FP23.',
         ),
         (
@@ -173,7 +171,7 @@ def test_launcher_runs_preflight_before_starting(repo):
 def test_config_typo_is_one_line_naming_file_line_and_column(repo, old, new, reason):
     """A typo in a step's config.pbtxt: the preflight CLI and the launcher say
     ``<file>:<line>:<column>: <protobuf's reason>`` in one line, not a traceback."""
-    config = repo / spec.POOL_MODEL / "config.pbtxt"
+    config = repo / spec.NORMALIZE_MODEL / "config.pbtxt"
     text = config.read_text()
     assert old in text
     config.write_text(text.replace(old, new))
@@ -191,3 +189,33 @@ def test_config_typo_is_one_line_naming_file_line_and_column(repo, old, new, rea
     with pytest.raises(LaunchError, match=place):
         server.start()
     assert server.process is None
+
+
+@pytest.mark.parametrize("config_name", ["cpu", "torch_gpu"])
+def test_every_listed_artifact_is_one_the_checks_require(repo, config_name):
+    """The list the GPU pack is made from (``required_artifacts``, ``--list-artifacts``) and
+    the checks are one: each listed file, removed, is named missing by its model's checks."""
+    from tritonrepo.server_options import DEFAULT_MODELS
+
+    listed = preflight.required_artifacts(repo, DEFAULT_MODELS, config_name)
+    assert {a.role for a in listed} >= {"config", "model", "tokenizer_file", "labels_file"}
+    for artifact in listed:
+        if artifact.role == "config":
+            continue
+        path = repo / artifact.path
+        if not path.exists():  # a torch program: stand one in (make artifacts-gpu)
+            path.write_text("{}" if artifact.role == "torch_metadata" else "")
+        held = path.with_name(path.name + ".held")
+        path.rename(held)
+        try:
+            found = errors(preflight.check_model(repo, artifact.model, config_name))
+        finally:
+            held.rename(path)
+        where = str(artifact.path.relative_to(artifact.model))
+        assert any(where in e and "missing" in e for e in found), (artifact, found)
+    out = subprocess.run(
+        [sys.executable, "-m", "tritonrepo.preflight", "--repository", str(repo),
+         "--model-config-name", config_name, "--list-artifacts"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert out.stdout.splitlines() == [f"{a.build}\t{a.path}" for a in listed]

@@ -201,7 +201,7 @@ def repository_server(tmp_path_factory) -> Iterator[TritonServer]:
     not models loaded by upload.)"""
     require_artifacts()
     root = Path(tmp_path_factory.mktemp("health-repository")) / "model_repository"
-    for model in (spec.ENSEMBLE, spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.POOL_MODEL):
+    for model in (spec.ENSEMBLE, spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.NORMALIZE_MODEL):
         (root / model).mkdir(parents=True)
         for entry in (MODEL_REPOSITORY / model).iterdir():
             if entry.name != "__pycache__":

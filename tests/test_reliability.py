@@ -34,7 +34,7 @@ from tritonrepo_client.validation import (
 
 pytestmark = pytest.mark.server
 STUCK = "stuck_python"  # a Python model whose version folder has a config but no model.py
-TEXT_MODELS = (spec.ENSEMBLE, spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.POOL_MODEL)
+TEXT_MODELS = (spec.ENSEMBLE, spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.NORMALIZE_MODEL)
 
 
 @pytest.fixture(scope="module")
@@ -107,11 +107,11 @@ def test_override_files_without_model_py_are_refused_before_sending(text_server)
 # --- case 6: unclear override errors -----------------------------------------------------------
 def test_override_in_the_wrong_schema_names_the_file_and_field(text_server, tmp_path):
     with RepositoryClient(text_server.options.http_url, key="") as repo:
-        config = repo.config(spec.POOL_MODEL)
+        config = repo.config(spec.NORMALIZE_MODEL)
     config["input"][0]["data_type"] = config["input"][0]["data_type"].removeprefix("TYPE_")
     path = tmp_path / "pool.json"
     path.write_text(json.dumps(config))
-    out = cli(text_server, "models", "load", spec.POOL_MODEL, "--config", str(path))
+    out = cli(text_server, "models", "load", spec.NORMALIZE_MODEL, "--config", str(path))
     assert out.returncode == 1
     assert str(path) in out.stderr, out.stderr
     assert "ModelConfig.input[0].data_type" in out.stderr, out.stderr
@@ -120,8 +120,8 @@ def test_override_in_the_wrong_schema_names_the_file_and_field(text_server, tmp_
 
 def test_override_that_is_not_json_names_the_file_and_position(text_server, tmp_path):
     path = tmp_path / "broken.json"
-    path.write_text('{"name": "text_embedding_pool",\n  max_batch_size: 64}')
-    out = cli(text_server, "models", "load", spec.POOL_MODEL, "--config", str(path))
+    path.write_text('{"name": "text_embedding_normalize",\n  max_batch_size: 64}')
+    out = cli(text_server, "models", "load", spec.NORMALIZE_MODEL, "--config", str(path))
     assert out.returncode == 1
     assert f"{path}: not JSON" in out.stderr, out.stderr
     assert "line 2 column 3" in out.stderr, out.stderr
@@ -129,10 +129,10 @@ def test_override_that_is_not_json_names_the_file_and_position(text_server, tmp_
 
 def test_a_valid_override_still_loads(text_server, tmp_path):
     with RepositoryClient(text_server.options.http_url, key="") as repo:
-        config = repo.config(spec.POOL_MODEL)
+        config = repo.config(spec.NORMALIZE_MODEL)
     path = tmp_path / "pool.json"
     path.write_text(json.dumps(config))
-    out = cli(text_server, "models", "load", spec.POOL_MODEL, "--config", str(path))
+    out = cli(text_server, "models", "load", spec.NORMALIZE_MODEL, "--config", str(path))
     assert out.returncode == 0, out.stderr
     embed_ok(text_server)
 

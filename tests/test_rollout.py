@@ -53,21 +53,19 @@ ENCODER_DIR = MODEL_REPOSITORY / spec.ENCODER_MODEL
 @pytest.fixture(scope="module")
 def references(reference_model) -> dict[int, np.ndarray]:
     """{version: FP32 [len(PROBES), 384]} computed outside Triton."""
-    from sentence_transformers.models import Normalize, Pooling
+    from sentence_transformers.models import Normalize
 
     features = reference_model.tokenize(PROBES)
     session = ort.InferenceSession(str(ENCODER_DIR / "2" / "model.onnx"))
-    (tokens,) = session.run(
+    (pooled,) = session.run(  # the graph's masked mean (sentence-transformers' Pooling)
         None,
         {
             "input_ids": features["input_ids"].numpy(),
             "attention_mask": features["attention_mask"].numpy(),
         },
     )
-    pooled = Pooling(spec.HIDDEN_SIZE, pooling_mode="mean")(
-        {"token_embeddings": torch.from_numpy(tokens), "attention_mask": features["attention_mask"]}
-    )
-    v2 = Normalize()(pooled)["sentence_embedding"].numpy()
+    v2 = Normalize()({"sentence_embedding": torch.from_numpy(pooled)})["sentence_embedding"]
+    v2 = v2.numpy()
     v1 = reference_model.encode(PROBES, normalize_embeddings=True)
     assert float((v1 * v2).sum(axis=1).max()) < APART, "versions must be distinguishable"
     return {1: v1, 2: v2}
@@ -121,8 +119,9 @@ class LoadRun:
                 i += 1
 
     def pinned_worker(self, version: int) -> None:
-        """Requests to the encoder pinned to ``version``, pooled here as the reference does."""
-        from tritonrepo.text.pooling import mean_pool_normalize
+        """Requests to the encoder pinned to ``version``, normalised here as the reference
+        does."""
+        from tritonrepo.text.pooling import l2_normalize
 
         with TritonConnection(self.server.options.grpc_url, "grpc") as conn:
             i = 0
@@ -135,9 +134,12 @@ class LoadRun:
                         spec.TOKENIZE_MODEL, {"TEXT": text}, ["input_ids", "attention_mask"]
                     )
                     out = conn.infer(
-                        spec.ENCODER_MODEL, tokens, ["token_embeddings"], model_version=str(version)
+                        spec.ENCODER_MODEL,
+                        tokens,
+                        [spec.ENCODER_OUTPUT],
+                        model_version=str(version),
                     )
-                    emb = mean_pool_normalize(out["token_embeddings"], tokens["attention_mask"])[0]
+                    emb = l2_normalize(out[spec.ENCODER_OUTPUT])[0]
                     self.record(
                         Observation(
                             sent,
@@ -329,21 +331,21 @@ def test_custom_canary_that_breaks_still_restores(control_server):
 
 
 def test_cli_rollout_with_a_tensor_probe_file(control_server, tmp_path):
-    """--probe-file: raw encoder inputs; bf16 weights move token_embeddings by more than 1e-6
+    """--probe-file: raw encoder inputs; bf16 weights move sentence_embedding by more than 1e-6
     but far less than 0.1, so the strict check rejects and the loose one accepts."""
     ids = np.array([[101, 7592, 2088, 102]], dtype=np.int64)
     probe = tmp_path / "probe.npz"
     np.savez(probe, input_ids=ids, attention_mask=np.ones_like(ids))
     base = ["--url", control_server.options.grpc_url, "--protocol", "grpc",
             "--repository-key-file", str(key_file(control_server, tmp_path))]  # fmt: skip
-    probe_args = ["--probe-file", str(probe), "--output", "token_embeddings", "--rtol", "0"]
+    probe_args = ["--probe-file", str(probe), "--output", "sentence_embedding", "--rtol", "0"]
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return client_cli(*base, *args)
 
     out = run("rollout", spec.ENCODER_MODEL, "--version", "2", *probe_args, "--atol", "1e-6")
     assert out.returncode == 1
-    assert "canary rejected version 2: token_embeddings max abs diff" in out.stderr, out.stderr
+    assert "canary rejected version 2: sentence_embedding max abs diff" in out.stderr, out.stderr
     out = run("rollout", spec.ENCODER_MODEL, "--version", "2", *probe_args, "--atol", "0.1")
     assert out.returncode == 0, out.stderr
     assert "now serving version 2 (was [1])" in out.stdout

@@ -66,7 +66,7 @@ def test_repository_api_refuses_without_the_key(triton_server, protocol, key):
     try:
         for call in (
             lambda: client.get_model_repository_index(headers=headers),
-            lambda: client.load_model(spec.POOL_MODEL, headers=headers),
+            lambda: client.load_model(spec.NORMALIZE_MODEL, headers=headers),
             lambda: client.unload_model(spec.ENSEMBLE, headers=headers),
         ):
             with pytest.raises(InferenceServerException, match="restricted"):
@@ -94,7 +94,7 @@ def test_repository_api_works_with_the_key(triton_server, protocol):
     with RepositoryClient(url, protocol, key=triton_server.options.repository_key) as repo:
         rows = {(r.name, r.version): r.state for r in repo.index()}
         assert rows[(spec.ENSEMBLE, "1")] == "READY"
-        repo.load(spec.POOL_MODEL)  # reload of a loaded model: allowed with the key
+        repo.load(spec.NORMALIZE_MODEL)  # reload of a loaded model: allowed with the key
         assert repo.ready(spec.ENSEMBLE)
     no_key = r"refused: no repository key configured.*restricted"
     with RepositoryClient(url, protocol, key="") as repo, pytest.raises(ClientError, match=no_key):

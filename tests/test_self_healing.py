@@ -37,7 +37,7 @@ RANKING, SESSION = ctr_spec.RANKING_ENSEMBLE, ctr_spec.SESSION_MODEL
 # Stub kind -> the served models whose requests go through it.
 KINDS = {
     spec.TOKENIZE_MODEL: (spec.ENSEMBLE,),
-    spec.POOL_MODEL: (spec.ENSEMBLE,),
+    spec.NORMALIZE_MODEL: (spec.ENSEMBLE,),
     spec.ENCODER_MODEL: (spec.ENSEMBLE,),
     ctr_spec.PREPROCESS_MODEL: (RANKING,),
     ctr_spec.POSTPROCESS_MODEL: (RANKING,),
@@ -213,14 +213,14 @@ def repo_client(server: TritonServer) -> RepositoryClient:
 def test_a_failure_that_is_not_a_dead_step_is_not_reloaded(plain_server):
     """An unloaded step (an operator's doing) is reported, exit 1, and stays unloaded."""
     with repo_client(plain_server) as repo:
-        repo.unload(spec.POOL_MODEL)
-        repo.wait_until(spec.POOL_MODEL, [1], timeout_s=30)
+        repo.unload(spec.NORMALIZE_MODEL)
+        repo.wait_until(spec.NORMALIZE_MODEL, [1], timeout_s=30)
         try:
             out = cli(plain_server, "heal", "--model", spec.ENSEMBLE)
             assert out.returncode == 1, out.stdout
             assert f"cannot heal {spec.ENSEMBLE} (not a dead step)" in out.stdout, out.stdout
             assert f"FAIL {spec.ENSEMBLE}" in out.stdout
-            assert not repo.ready(spec.POOL_MODEL)
+            assert not repo.ready(spec.NORMALIZE_MODEL)
         finally:
             repo.load(spec.ENSEMBLE)
     assert cli(plain_server, "health", "--model", spec.ENSEMBLE).returncode == 0

@@ -210,7 +210,7 @@ def test_server_healthy_after_bad_inputs(triton_server, reference_embed):
     _, client = raw_client(triton_server, "http")
     try:
         assert client.is_server_live() and client.is_server_ready()
-        for model in (spec.ENSEMBLE, spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.POOL_MODEL):
+        for model in (spec.ENSEMBLE, spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.NORMALIZE_MODEL):
             assert client.is_model_ready(model), model
     finally:
         client.close()

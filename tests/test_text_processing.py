@@ -11,7 +11,7 @@ from tritonrepo.errors import InvalidRequest
 from tritonrepo.model_config import load_config
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.text import spec
-from tritonrepo.text.pooling import mean_pool_normalize
+from tritonrepo.text.pooling import l2_normalize, mean_pool, mean_pool_normalize, mean_pool_torch
 from tritonrepo.text.tokenization import TextTokenizer, decode_texts
 
 
@@ -103,11 +103,28 @@ def test_pooling_matches_sentence_transformers_modules():
         "token_embeddings": torch.from_numpy(emb),
         "attention_mask": torch.from_numpy(mask),
     }
-    pooled = Pooling(spec.HIDDEN_SIZE, pooling_mode="mean")(features)
+    pooled = Pooling(spec.HIDDEN_SIZE, pooling_mode="mean")(dict(features))
+    np.testing.assert_allclose(
+        mean_pool(emb, mask), pooled["sentence_embedding"].numpy(), atol=1e-6
+    )
+    np.testing.assert_allclose(
+        mean_pool_torch(torch.from_numpy(emb).half(), torch.from_numpy(mask)).numpy(),
+        Pooling(spec.HIDDEN_SIZE, pooling_mode="mean")(
+            {
+                "token_embeddings": torch.from_numpy(emb).half().float(),
+                "attention_mask": features["attention_mask"],
+            }
+        )["sentence_embedding"].numpy(),
+        atol=1e-6,
+    )
     expected = Normalize()(pooled)["sentence_embedding"].numpy()
     np.testing.assert_allclose(mean_pool_normalize(emb, mask), expected, atol=1e-6)
+    np.testing.assert_allclose(l2_normalize(mean_pool(emb, mask)), expected, atol=1e-6)
 
 
 def test_pooling_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match="do not agree"):
         mean_pool_normalize(np.zeros((2, 3, 4), np.float32), np.ones((2, 4), np.int64))
+    with pytest.raises(ValueError, match=r"\[batch, hidden\]"):
+        l2_normalize(np.zeros((2, 3, 4), np.float32))
+    assert not l2_normalize(np.zeros((1, 4), np.float32)).any()  # no division by zero

@@ -23,8 +23,7 @@ from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.errors import InvalidRequest
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.text import spec
-from tritonrepo.text.pooling import mean_pool_normalize, mean_pool_normalize_torch
-from tritonrepo.text.steps import pool_together_torch
+from tritonrepo.text.pooling import l2_normalize, mean_pool, mean_pool_torch
 from tritonrepo.text.tokenization import TextTokenizer
 from tritonrepo.torch_runner import (
     METADATA_FILE,
@@ -93,9 +92,9 @@ def test_runner_serves_ragged_batches_like_sentence_transformers(
     del results[2], requests[2]
     got = []
     for request, result in zip(requests, results, strict=True):
-        tokens = result[spec.ENCODER_OUTPUT]
-        assert tokens.shape == (*request["input_ids"].shape, spec.HIDDEN_SIZE)
-        got.append(mean_pool_normalize(tokens.numpy(), request["attention_mask"].numpy()))
+        pooled = result[spec.ENCODER_OUTPUT]
+        assert pooled.shape == (len(request["input_ids"]), spec.HIDDEN_SIZE)
+        got.append(l2_normalize(pooled.numpy()))
     want = reference_embed(SENTENCES[:8])
     cosine = (np.concatenate(got) * want).sum(axis=1)
     assert cosine.min() > 0.99999
@@ -143,25 +142,16 @@ def test_failed_gate_writes_nothing(repository, monkeypatch):
 
 def test_torch_pooling_matches_numpy():
     rng = np.random.default_rng(1)
-    items = []
     for batch, seq in ((1, 5), (3, 12), (2, 1)):
         tokens = rng.normal(size=(batch, seq, 8)).astype(np.float32)
         mask = (rng.random((batch, seq)) < 0.7).astype(np.int64)
         mask[:, 0] = 1
-        items.append((tokens, mask))
-    items.append((np.zeros((1, 4, 8), np.float32), np.zeros((1, 4), np.int64)))  # no token
-    pooled = pool_together_torch(
-        [(torch.from_numpy(t).half(), torch.from_numpy(m)) for t, m in items]
-    )
-    for (tokens, mask), result in zip(items, pooled, strict=True):
-        want = mean_pool_normalize(tokens.astype(np.float16), mask)
-        got = result["EMBEDDING"]
-        assert got.dtype == torch.float32
+        got = mean_pool_torch(torch.from_numpy(tokens).half(), torch.from_numpy(mask))
+        assert got.dtype == torch.float32  # sums in FP32 whatever the encoder's precision
+        want = mean_pool(tokens.astype(np.float16), mask)
         np.testing.assert_allclose(got.numpy(), want, atol=1e-6)
-        alone = mean_pool_normalize_torch(torch.from_numpy(tokens), torch.from_numpy(mask))
-        np.testing.assert_allclose(alone.numpy(), mean_pool_normalize(tokens, mask), atol=1e-6)
-    with pytest.raises(ValueError, match="do not agree"):
-        mean_pool_normalize_torch(torch.zeros(2, 3, 4), torch.zeros(2, 4))
+    none = mean_pool_torch(torch.zeros(1, 4, 8), torch.zeros(1, 4, dtype=torch.int64))
+    assert not none.any()  # a row with no token is zeros, not NaN
 
 
 def test_config_types_map_to_torch():

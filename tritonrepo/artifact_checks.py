@@ -2,7 +2,9 @@
 host, and config interfaces against ONNX graphs.
 
 A :class:`Finding` is ``"error"`` (the server would fail), ``"skipped"`` (this host lacks a GPU,
-TensorRT or PyTorch to compare with) or ``"ok"``.
+TensorRT or PyTorch to compare with) or ``"ok"``. :func:`model_artifacts` lists the files a
+model's served versions need, each with what makes it (:class:`Artifact`); :func:`check_model`
+checks exactly those, and ``builders/gpu_sources.py`` packs them for an offline GPU host.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from tritonrepo.model_config import ModelConfig, check_ensemble, config_path, load_config, mc
 
@@ -27,6 +29,12 @@ DEFAULT_FILENAMES = {
 # Backends and platforms a model here may name: this repository's Python-based backends and the
 # ones NVIDIA's container ships for the formats the builders write.
 KNOWN_BACKENDS = PYTHON_BACKENDS | {"tensorrt_plan", "tensorrt", "onnxruntime", "pytorch"}
+# What makes a required file (Artifact.build): in git, or the make target that writes it.
+TRACKED = "tracked"
+MAKE_ARTIFACTS = "make artifacts"  # builders/*_onnx.py here, from the source weights
+MAKE_ARTIFACTS_GPU = "make artifacts-gpu"  # torch.export on the GPU host that serves
+MAKE_BUILD_PLANS = "make build-plans"  # TensorRT, in NVIDIA's builder container on that GPU
+BUILDS = {"torch_python": MAKE_ARTIFACTS_GPU, "tensorrt_plan": MAKE_BUILD_PLANS}  # else artifacts
 # onnx.TensorProto.DataType value -> Triton config data type.
 ONNX_TYPES = {
     1: mc.TYPE_FP32,
@@ -52,6 +60,59 @@ class Finding:
     def line(self) -> str:
         """e.g. ``error   text_embedding_encoder: 1/model.onnx is missing; ...``."""
         return f"{self.level:<8}{self.model}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One file a model needs, as :func:`check_model` checks it.
+
+    Attributes:
+        model: the model folder's name.
+        version: the served version whose folder holds it; None for the model's config.
+        path: relative to the model repository, e.g. ``ctr_model/1/model.pt2``.
+        role: ``"config"``, ``"model"`` (``model.py`` or the ``default_model_filename``),
+            ``"tokenizer_file"``, ``"labels_file"`` (the parameters a Python step reads),
+            ``"plan_metadata"`` or ``"torch_metadata"``.
+        build: :data:`TRACKED` or the make target that writes it (``MAKE_*``).
+    """
+
+    model: str
+    version: int | None
+    path: PurePosixPath
+    role: str
+    build: str
+
+
+def model_artifacts(repository: Path, model: str, cfg: ModelConfig) -> list[Artifact]:
+    """The files ``model``'s served versions need under ``cfg`` (none for an ensemble or an
+    unknown backend: :func:`check_model` reports those otherwise), per version in the order
+    :func:`check_model` checks them, the ``"model"`` file first."""
+    kind = cfg.platform or cfg.backend
+    if cfg.platform == "ensemble" or kind not in KNOWN_BACKENDS:
+        return []
+    build = BUILDS.get(kind, MAKE_ARTIFACTS)
+    artifacts = []
+    for version in served_versions(repository, cfg):
+        base = PurePosixPath(model, str(version))
+        if kind == "python":
+            artifacts.append(Artifact(model, version, base / "model.py", "model", TRACKED))
+        else:
+            name = cfg.default_model_filename or DEFAULT_FILENAMES.get(kind, "model")
+            artifacts.append(Artifact(model, version, base / name, "model", build))
+        for key in ("tokenizer_file", "labels_file"):  # built files a Python step reads
+            built = cfg.parameters.get(key)
+            if built:
+                path = base / built.string_value
+                artifacts.append(Artifact(model, version, path, key, MAKE_ARTIFACTS))
+        if kind == "tensorrt_plan":
+            path = base / "plan_metadata.json"
+            artifacts.append(Artifact(model, version, path, "plan_metadata", MAKE_BUILD_PLANS))
+        if kind == "torch_python":
+            from tritonrepo.torch_runner import METADATA_FILE
+
+            path = base / METADATA_FILE
+            artifacts.append(Artifact(model, version, path, "torch_metadata", MAKE_ARTIFACTS_GPU))
+    return artifacts
 
 
 def served_versions(repository: Path, cfg: ModelConfig) -> list[int]:
@@ -124,38 +185,27 @@ def check_model(repository: Path, model: str, config_name: str | None) -> list[F
     versions = served_versions(repository, cfg)
     if not versions:
         findings.append(Finding("error", model, "no version folder to serve"))
+    artifacts = model_artifacts(repository, model, cfg)
     for version in versions:
         folder = repository / model / str(version)
-        if kind == "python":
-            wanted = folder / "model.py"
-        else:
-            wanted = folder / (cfg.default_model_filename or DEFAULT_FILENAMES.get(kind, "model"))
-        if not wanted.is_file():
-            how = (
-                "make artifacts-gpu"
-                if kind == "torch_python"
-                else ("make build-plans" if kind == "tensorrt_plan" else "make artifacts")
-            )
-            fix = "" if kind == "python" else f"; build it with `{how}`"
-            findings.append(
-                Finding("error", model, f"{wanted.relative_to(repository / model)} is missing{fix}")
-            )
+        needed = {a.role: a for a in artifacts if a.version == version}
+        main = needed.pop("model")
+        if not (repository / main.path).is_file():
+            fix = "" if main.build == TRACKED else f"; build it with `{main.build}`"
+            where = main.path.relative_to(model)
+            findings.append(Finding("error", model, f"{where} is missing{fix}"))
             continue
-        for key in ("tokenizer_file", "labels_file"):  # built files a Python step reads
-            built = cfg.parameters.get(key)
-            if built and not (folder / built.string_value).is_file():
+        for key in ("tokenizer_file", "labels_file"):
+            built = needed.get(key)
+            if built and not (repository / built.path).is_file():
+                where = built.path.relative_to(model)
                 findings.append(
-                    Finding(
-                        "error",
-                        model,
-                        f"{version}/{built.string_value} is missing; "
-                        "build it with `make artifacts`",
-                    )
+                    Finding("error", model, f"{where} is missing; build it with `{built.build}`")
                 )
-        if kind == "tensorrt_plan":
-            findings += _check_plan(cfg, folder)
-        if kind == "torch_python":
-            findings += _check_program(cfg, folder)
+        if "plan_metadata" in needed:
+            findings += _check_plan(cfg, repository / needed["plan_metadata"].path)
+        if "torch_metadata" in needed:
+            findings += _check_program(cfg, repository / needed["torch_metadata"].path)
         onnx_file = folder / "model.onnx"
         if kind in ("tensorrt_plan", "onnxruntime_python", "onnxruntime") and onnx_file.is_file():
             findings += _check_onnx_interface(cfg, onnx_file, compare_types=True)
@@ -164,8 +214,9 @@ def check_model(repository: Path, model: str, config_name: str | None) -> list[F
     return findings
 
 
-def _check_plan(cfg: ModelConfig, folder: Path) -> list[Finding]:
-    metadata_file = folder / "plan_metadata.json"
+def _check_plan(cfg: ModelConfig, metadata_file: Path) -> list[Finding]:
+    """The plan's ``plan_metadata.json`` against ``max_batch_size``, this GPU and TensorRT."""
+    folder = metadata_file.parent
     if not metadata_file.is_file():
         return [
             Finding(
@@ -230,16 +281,15 @@ def _check_plan(cfg: ModelConfig, folder: Path) -> list[Finding]:
     return findings
 
 
-def _check_program(cfg: ModelConfig, folder: Path) -> list[Finding]:
-    from tritonrepo.torch_runner import METADATA_FILE
-
-    metadata_file = folder / METADATA_FILE
+def _check_program(cfg: ModelConfig, metadata_file: Path) -> list[Finding]:
+    """The program's ``torch_metadata.json`` against ``max_batch_size`` and this PyTorch."""
+    folder = metadata_file.parent
     if not metadata_file.is_file():
         return [
             Finding(
                 "error",
                 cfg.name,
-                f"{folder.name}/{METADATA_FILE} is missing: rebuild with `make artifacts-gpu`",
+                f"{folder.name}/{metadata_file.name} is missing: rebuild with `make artifacts-gpu`",
             )
         ]
     metadata = json.loads(metadata_file.read_text())

@@ -9,11 +9,13 @@ ONNX Runtime backend). Two ways to run a dynamic batch:
 * **Sequence packing** (``sequence_mask`` set, for encoders of padded token sequences): every
   row of every request is cut to its real length (up to its last unmasked token), the rows are
   sorted by length and run in sub-batches of similar length (:func:`pack_by_length`), and the
-  outputs are scattered back into each request's own ``[b, seq, ...]`` shape, zero at padding
-  positions. A dynamic batch that mixes a 10-token query with a 256-token document then costs
+  outputs are scattered back to each request: an output whose axis 1 is the inputs' sequence
+  axis (the same symbolic dim as the mask's) into the request's own ``[b, seq, ...]`` shape,
+  zero at padding positions; any other output (a pooled ``[b, hidden]``) row by row.
+  A dynamic batch that mixes a 10-token query with a 256-token document then costs
   about the sum of its real tokens instead of ``batch × 256``: the CPU counterpart of TensorRT's
   and FasterTransformer's "remove padding" execution. It needs the sequence axis at dimension 1
-  of every input and output and an attention mask that hides padding, as BERT encoders have; a
+  of every input and an attention mask that hides padding, as BERT encoders have; a
   row's output does not depend on its neighbours (checked by ``tests/test_onnx_runner.py``).
 """
 
@@ -106,6 +108,7 @@ class OnnxRunner:
         if sequence_mask is not None and sequence_mask not in self.input_names:
             raise ValueError(f"sequence_mask {sequence_mask!r} is not an input {self.input_names}")
         self.sequence_mask = sequence_mask
+        self.sequence_outputs = _sequence_outputs(self.session, sequence_mask)
         self.max_tokens = max_tokens
         self.max_padding = max_padding
 
@@ -188,7 +191,10 @@ class OnnxRunner:
                     failed[owners[k][0]] = exc
                 continue
             for position, k in enumerate(chunk):
-                rows[k] = [out[position][: lengths[k]] for out in outputs]  # real positions
+                rows[k] = [
+                    out[position][: lengths[k]] if name in self.sequence_outputs else out[position]
+                    for name, out in zip(self.output_names, outputs, strict=True)
+                ]  # real positions of sequence outputs
         results: list[Feed | Exception] = []
         first = 0
         for i in members:
@@ -200,12 +206,28 @@ class OnnxRunner:
                 mine = rows[first : first + count]
                 results.append(
                     {
-                        name: np.stack([_fit(row[j], seq) for row in mine])  # type: ignore[index]
+                        name: np.stack(
+                            [
+                                _fit(row[j], seq) if name in self.sequence_outputs else row[j]  # type: ignore[index]
+                                for row in mine
+                            ]
+                        )
                         for j, name in enumerate(self.output_names)
                     }
                 )
             first += count
         return results
+
+
+def _sequence_outputs(session: ort.InferenceSession, mask: str | None) -> set[str]:
+    """Outputs whose axis 1 is the same symbolic dim as axis 1 of input ``mask``."""
+    if mask is None:
+        return set()
+    mask_shape = next(i.shape for i in session.get_inputs() if i.name == mask)
+    seq = mask_shape[1] if len(mask_shape) > 1 else None
+    if not isinstance(seq, str):
+        return set()
+    return {o.name for o in session.get_outputs() if len(o.shape) > 1 and o.shape[1] == seq}
 
 
 def _real_length(mask_row: np.ndarray) -> int:

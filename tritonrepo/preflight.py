@@ -20,7 +20,10 @@ fails under load, not at start. For the models to serve and every model they dep
 
 Checks that need what this host lacks (a GPU, TensorRT, PyTorch) are reported as skipped, with
 the reason. The launcher runs this before starting a server; the container entrypoint runs
-``python -m tritonrepo.preflight``.
+``python -m tritonrepo.preflight``. ``--list-artifacts`` prints instead the files these checks
+require (:func:`required_artifacts`), one ``<what makes it>\t<path>`` line each, the path
+relative to the repository; ``scripts/offline_gpu_host/pack.sh`` packs from the same list
+(``builders/gpu_sources.py``).
 """
 
 from __future__ import annotations
@@ -29,9 +32,16 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from tritonrepo.artifact_checks import PYTHON_BACKENDS, Finding, check_model
+from tritonrepo.artifact_checks import (
+    PYTHON_BACKENDS,
+    TRACKED,
+    Artifact,
+    Finding,
+    check_model,
+    model_artifacts,
+)
 from tritonrepo.model_config import ConfigParseError, config_path, load_config
 from tritonrepo.paths import MODEL_REPOSITORY
 
@@ -125,6 +135,31 @@ def run(repository: Path, models: Sequence[str], config_name: str | None) -> lis
     return findings
 
 
+def required_artifacts(
+    repository: Path, models: Sequence[str], config_name: str | None
+) -> list[Artifact]:
+    """Every file :func:`run` requires for ``models`` and what they depend on (ensemble steps,
+    BLS targets) under ``config_name``: each model's config (:data:`TRACKED`), then per served
+    version the files of :func:`tritonrepo.artifact_checks.model_artifacts`.
+
+    Models missing from the repository, and configs that do not parse, add nothing (:func:`run`
+    reports them).
+    """
+    artifacts: list[Artifact] = []
+    for model in dependencies(repository, models, config_name):
+        path = config_path(repository, model, config_name)
+        if not path.is_file():
+            continue
+        try:
+            cfg = load_config(path)
+        except Exception:  # reported by run
+            continue
+        relative = PurePosixPath(path.relative_to(repository).as_posix())
+        artifacts.append(Artifact(model, None, relative, "config", TRACKED))
+        artifacts += model_artifacts(repository, model, cfg)
+    return artifacts
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Print every finding; exit 1 if any is an error."""
     from tritonrepo.server_options import DEFAULT_MODELS
@@ -144,8 +179,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="cpu",
         help="configs/<name>.pbtxt as Triton resolves it ('' = config.pbtxt)",
     )
+    parser.add_argument(
+        "--list-artifacts",
+        action="store_true",
+        help="print the files the checks require, '<make target or tracked>\\t<path>' each",
+    )
     args = parser.parse_args(argv)
-    findings = run(args.repository, args.models or DEFAULT_MODELS, args.model_config_name or None)
+    models, config_name = args.models or DEFAULT_MODELS, args.model_config_name or None
+    if args.list_artifacts:
+        for artifact in required_artifacts(args.repository, models, config_name):
+            print(f"{artifact.build}\t{artifact.path}")
+        return 0
+    findings = run(args.repository, models, config_name)
     for finding in findings:
         print(finding.line())
     errors = sum(f.level == "error" for f in findings)

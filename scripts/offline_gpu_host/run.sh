@@ -1,21 +1,40 @@
 #!/usr/bin/env bash
-# On the offline GPU host, after setup.sh has unpacked all three parts: what `make test-gpu`
-# (STEP=test: export the torch_gpu programs, then the GPU server tests) and `make bench-gpu`
-# (STEP=bench) run, with the host's Python. Logs go to $OUT (default build/gpu-run).
+# On the offline GPU host, after setup.sh has unpacked all the parts: what `make artifacts-gpu`
+# (STEP=artifacts: export the torch_gpu programs with the builders builders/gpu_sources.py names,
+# then check the set with the preflight), `make test-gpu` (STEP=test: artifacts, then every
+# test marked gpu; STEP=gpu-tests: the tests alone) and `make bench-gpu` (STEP=bench, with
+# $BENCH_ARGS, e.g. "--only text") run, with the host's Python. Logs go to $OUT (default
+# build/gpu-run).
 set -uo pipefail
-source "${GPU_HOST:-/tmp/gpu-host}/env.sh"
+host=${GPU_HOST:-/tmp/gpu-host}
+source "$host/env.sh"
 out=${OUT:-build/gpu-run}
 mkdir -p "$out"
+# The carried artifacts, again: a fresh checkout has none of these ignored files.
+cp -a "$host/files/." . 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+artifacts() {
+  : > "$out/artifacts-gpu.log"
+  for builder in $(python -m builders.gpu_sources builders); do
+    timeout 300 python -m "$builder" 2>&1 | grep -v DEBUG | tee -a "$out/artifacts-gpu.log"
+  done
+  for metadata in model_repository/*/1/torch_metadata.json; do
+    [[ -f $metadata ]] || continue
+    cp "$metadata" "$out/$(basename "$(dirname "$(dirname "$metadata")")").torch_metadata.json"
+  done
+  timeout 120 python -m tritonrepo.preflight --model-config-name torch_gpu 2>&1 \
+    | tee "$out/preflight.log"
+}
+gpu_tests() {
+  timeout 480 python -m pytest -m gpu -p no:cacheprovider -q tests/ 2>&1 | tee "$out/test-gpu.log"
+  cp build/test-logs/gpu.log "$out/tritonserver-test.log" 2>/dev/null
+}
 case ${STEP:-test} in
-  test)
-    timeout 200 python -m builders.torch_export 2>&1 | grep -v DEBUG | tee "$out/artifacts-gpu.log"
-    for m in text_embedding_encoder ctr_model; do
-      cp "model_repository/$m/1/torch_metadata.json" "$out/$m.torch_metadata.json" 2>/dev/null
-    done
-    timeout 300 python -m pytest -m gpu -p no:cacheprovider -q tests/test_gpu_serving.py 2>&1 \
-      | tee "$out/test-gpu.log"
-    cp build/test-logs/gpu.log "$out/tritonserver-test.log" 2>/dev/null ;;
+  artifacts) artifacts ;;
+  test) artifacts && gpu_tests ;;
+  gpu-tests) gpu_tests ;;
   bench)
-    timeout 540 python -m benchmarks.gpu --output "$out/bench-gpu" 2>&1 | tee "$out/bench-gpu.log" ;;
+    # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
+    timeout 560 python -m benchmarks.gpu --output "$out/bench-gpu" ${BENCH_ARGS:-} 2>&1 \
+      | tee "$out/bench-gpu.log" ;;
 esac

@@ -1,19 +1,48 @@
 #!/usr/bin/env bash
-# On the offline GPU host, from the repository root: unpack whichever of build/gpu-host/part1..3
-# (scripts/offline_gpu_host/pack.sh) is present into $GPU_HOST (default /tmp/gpu-host), then
-# print the environment to `source`. Safe to run once per transferred part.
+# On the offline GPU host, from the repository root: unpack whichever of build/gpu-host/part*
+# (scripts/offline_gpu_host/pack.sh, any number of parts) are present into $GPU_HOST (default
+# /tmp/gpu-host), then print the environment to `source`. Safe to run once per transferred part,
+# in any order: each part is merged into $GPU_HOST/incoming once, a file cut into chunks is joined
+# when its last chunk arrives, and what is complete is installed:
+#   server/  the tritonserver archive, the stubs' venv (numpy 1.26), libcudart and libb64
+#   site/    wheels, into $GPU_HOST/site (PYTHONPATH)
+#   files/   kept in $GPU_HOST/files and copied into the checkout (run.sh copies them again)
 set -euo pipefail
 dest=${GPU_HOST:-/tmp/gpu-host}
 site=$dest/site
-mkdir -p "$site" "$dest/lib"
-if [[ -f build/gpu-host/part1/server.tar.xz && ! -f $dest/part1.done ]]; then
-  tar -C "$site" -xJf build/gpu-host/part1/server.tar.xz
-  cp build/gpu-host/part1/libb64.so.0d "$dest/lib/"
+incoming=$dest/incoming
+mkdir -p "$site" "$dest/lib" "$dest/files" "$incoming"
+shopt -s nullglob
+for part in build/gpu-host/part*/; do
+  name=$(basename "$part")
+  if [[ -f $dest/$name.done ]]; then
+    continue
+  fi
+  cp -a "$part." "$incoming/"
+  touch "$dest/$name.done"
+done
+
+# Join the files whose chunks have all arrived (<path>.chunk-<i>-of-<n>, parts.py).
+for first in $(find "$incoming" -name '*.chunk-01-of-*' | sort); do
+  base=${first%.chunk-01-of-*}
+  count=${first##*-of-}
+  chunks=()
+  for ((i = 1; i <= 10#$count; i++)); do
+    chunks+=("$(printf '%s.chunk-%02d-of-%s' "$base" "$i" "$count")")
+  done
+  if ls "${chunks[@]}" >/dev/null 2>&1; then
+    cat "${chunks[@]}" > "$base.joining" && mv "$base.joining" "$base" && rm -f "${chunks[@]}"
+  fi
+done
+
+server=$incoming/server
+if [[ -f $server/server.tar.xz && ! -f $dest/server.done ]]; then
+  tar -C "$site" -xJf "$server/server.tar.xz"
+  cp "$server/libb64.so.0d" "$dest/lib/"
   # libcudart.so.12 for perf_analyzer, outside PYTHONPATH: the wheel's nvidia/__init__.py
   # would hide the host PyTorch's own nvidia.* packages.
   python -m pip install --quiet --no-index --no-deps --target "$dest/cudart" \
-    build/gpu-host/part1/nvidia_cuda_runtime_cu12-*.whl
-  rm build/gpu-host/part1/nvidia_cuda_runtime_cu12-*.whl
+    "$server"/nvidia_cuda_runtime_cu12-*.whl
   # A venv for the Python backend stubs (TRITONREPO_STUB_PYTHON, tritonrepo.launcher.stub_python)
   # whose own numpy is 1.26 (the 2.51 stub reads tensors wrong with numpy 2: seen, FP32
   # [0.5, 1.5, 2.5, 3.5] arrived as four 0.5s, and BYTES inputs crash it) and which sees the
@@ -23,33 +52,24 @@ if [[ -f build/gpu-host/part1/server.tar.xz && ! -f $dest/part1.done ]]; then
   python -m venv --without-pip "$dest/venv"
   venv_site=$("$dest/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "$host_site" > "$venv_site/zz_host_site_packages.pth"
-  python -m pip install --quiet --no-index --no-deps --target "$venv_site" \
-    build/gpu-host/part1/numpy-*.whl
-  rm build/gpu-host/part1/numpy-*.whl
+  python -m pip install --quiet --no-index --no-deps --target "$venv_site" "$server"/numpy-*.whl
+  rm -rf "$server"
+  touch "$dest/server.done"
 fi
+wheels=("$incoming"/site/*.whl)
+if ((${#wheels[@]})); then
+  # --upgrade: a later part may bring a package whose folder an earlier one created (zope.*).
+  python -m pip install --quiet --no-index --no-deps --upgrade --target "$site" "${wheels[@]}"
+  rm -f "${wheels[@]}"
+fi
+if [[ -d $incoming/files ]]; then  # whole files only: chunks wait for the rest
+  (cd "$incoming/files" && find . -type f ! -name '*.chunk-*' -print0 | while IFS= read -r -d '' f; do
+    mkdir -p "$dest/files/$(dirname "$f")" && mv "$f" "$dest/files/$f"
+  done)
+fi
+cp -a "$dest/files/." .
 ln -sfn "$PWD/client" "$site/tritonrepo_client"
-for part in 1 2 3; do
-  if [[ ! -d build/gpu-host/part$part || -f $dest/part$part.done ]]; then
-    continue
-  fi
-  wheels=(build/gpu-host/part$part/*.whl)
-  if [[ -e ${wheels[0]} ]]; then
-    python -m pip install --quiet --no-index --no-deps --target "$site" "${wheels[@]}"
-  fi
-  cp build/gpu-host/part$part/minilm.whl.part* "$dest/" 2>/dev/null || true
-  touch "$dest/part$part.done"
-done
-if [[ -f build/gpu-host/part3/ctr_model.pt ]]; then
-  mkdir -p build/ctr model_repository/text_embedding_tokenize/1
-  cp build/gpu-host/part3/ctr_model.pt build/ctr/model.pt
-  cp build/gpu-host/part3/tokenizer.json model_repository/text_embedding_tokenize/1/
-  cp build/gpu-host/part3/minilm.name "$dest/"
-fi
-if [[ -f $dest/minilm.whl.part00 && -f $dest/minilm.whl.part01 && -f $dest/minilm.name ]]; then
-  cat "$dest"/minilm.whl.part0{0,1} > "$dest/$(cat "$dest/minilm.name")"
-  python -m pip install --quiet --no-index --no-deps --target "$site" "$dest/$(cat "$dest/minilm.name")"
-  rm -f "$dest"/minilm.whl.part0{0,1}
-fi
+
 cudart=$dest/cudart/nvidia/cuda_runtime/lib
 cat > "$dest/env.sh" <<ENV
 export PYTHONPATH=$site:$PWD\${PYTHONPATH:+:\$PYTHONPATH}
@@ -58,4 +78,7 @@ export TRITONREPO_STUB_PYTHON=$dest/venv/bin/python
 export LD_LIBRARY_PATH=$dest/lib:$cudart\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 export HF_HUB_OFFLINE=1
 ENV
+left=$(find "$incoming" -name '*.chunk-*' | wc -l)
+echo "setup: parts $(cd "$dest" && ls part*.done 2>/dev/null | sed 's/.done//' | tr '\n' ' ')unpacked;" \
+  "$left chunks wait for their other parts" >&2
 echo "source $dest/env.sh"

@@ -22,7 +22,7 @@ ONNX_OPSET = 17
 ENSEMBLE = "text_embedding"
 TOKENIZE_MODEL = "text_embedding_tokenize"
 ENCODER_MODEL = "text_embedding_encoder"
-POOL_MODEL = "text_embedding_pool"
+NORMALIZE_MODEL = "text_embedding_normalize"
 
 # Encoder versions that `make artifacts` builds, with their precision. Only the versions in
 # the configs' version_policy serve; the others are staged for a rollout:
@@ -33,7 +33,9 @@ POOL_MODEL = "text_embedding_pool"
 ENCODER_VERSIONS: dict[int, str] = {1: "fp32", 2: "bf16", 3: "fp32-fused", 4: "int8"}
 
 ENCODER_INPUTS = ("input_ids", "attention_mask")  # INT64 [batch, seq]
-ENCODER_OUTPUT = "token_embeddings"  # FP32 [batch, seq, HIDDEN_SIZE]
+# FP32 [batch, HIDDEN_SIZE]: the attention-masked mean of the token embeddings, computed in the
+# encoder's graph (tritonrepo.text.pooling.mean_pool_torch; sentence-transformers' own name).
+ENCODER_OUTPUT = "sentence_embedding"
 
 # TensorRT optimization profile 0 of the encoder plan, per input: (min, opt, max) of
 # [batch, seq]. Its max batch is the config's max_batch_size; opt is a typical batch of

@@ -1,7 +1,7 @@
 """The Python-backend steps of the ``text_embedding`` ensemble.
 
 ``model_repository/text_embedding_tokenize/1/model.py`` and
-``model_repository/text_embedding_pool/1/model.py`` are one-line subclasses of these.
+``model_repository/text_embedding_normalize/1/model.py`` are one-line subclasses of these.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 
 from tritonrepo.errors import InvalidRequest
 from tritonrepo.text import spec
-from tritonrepo.text.pooling import mean_pool_normalize, mean_pool_normalize_torch
+from tritonrepo.text.pooling import l2_normalize
 from tritonrepo.text.tokenization import TextTokenizer, decode_texts
 from tritonrepo.triton_step import Outputs, PythonStep
 
@@ -51,45 +51,27 @@ class TokenizeStep(PythonStep):
         return results
 
 
-class PoolStep(PythonStep):
-    """``token_embeddings`` FP32 or FP16 ``[batch, seq, hidden]`` + ``attention_mask`` INT64
-    ``[batch, seq]`` → ``EMBEDDING`` FP32 ``[batch, hidden]`` (masked mean, L2-normalised).
+class NormalizeStep(PythonStep):
+    """``sentence_embedding`` FP32 ``[batch, hidden]`` (the encoder's masked mean) →
+    ``EMBEDDING`` FP32 ``[batch, hidden]``, each row L2-normalised
+    (:func:`tritonrepo.text.pooling.l2_normalize`).
 
-    A ``KIND_GPU`` instance pools with PyTorch on its GPU, reading the encoder's output there
-    through DLPack (the ``torch_gpu`` config set); a ``KIND_CPU`` instance uses numpy.
+    Raises (per request, as its error): InvalidRequest for an input that is not
+    ``[batch, hidden]`` or holds a NaN or infinity (an encoder fault must not reach the caller
+    as a vector of NaNs).
     """
 
-    def setup(self) -> None:
-        if self.device != "cpu":
-            self.tensor_library = "torch"
-
-    def prepare(self, inputs: dict) -> tuple:
-        embeddings, mask = inputs["token_embeddings"], inputs["attention_mask"]
-        if embeddings.shape[:2] != mask.shape:
+    def prepare(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        pooled = inputs[spec.ENCODER_OUTPUT]
+        if pooled.ndim != 2:
             raise InvalidRequest(
-                f"token_embeddings {list(embeddings.shape)} and attention_mask "
-                f"{list(mask.shape)} disagree on [batch, seq]"
+                f"{spec.ENCODER_OUTPUT} must be [batch, hidden], got {list(pooled.shape)}"
             )
-        return embeddings, mask
+        if not np.isfinite(pooled).all():
+            raise InvalidRequest(f"{spec.ENCODER_OUTPUT} holds NaN or infinite values")
+        return pooled
 
-    def run(self, items: list[tuple]) -> list[Outputs | Exception]:
-        if self.tensor_library == "torch":
-            return pool_together_torch(items)
-        return [{"EMBEDDING": mean_pool_normalize(emb, mask)} for emb, mask in items]
-
-
-def pool_together_torch(items: list[tuple]) -> list[Outputs | Exception]:
-    """Pool every request of a batch in one pass on the GPU (a few kernels, not a few per
-    request): zero-pad each ``[b_i, seq_i, hidden]`` / ``[b_i, seq_i]`` pair to the longest
-    ``seq``, pool, and split the FP32 ``[sum b_i, hidden]`` result back per request."""
-    import torch
-
-    longest = max(emb.shape[1] for emb, _ in items)
-    pad = torch.nn.functional.pad
-    embeddings = torch.cat([pad(emb, (0, 0, 0, longest - emb.shape[1])) for emb, _ in items])
-    masks = torch.cat(
-        [pad(mask.to(emb.device), (0, longest - mask.shape[1])) for emb, mask in items]
-    )
-    pooled = mean_pool_normalize_torch(embeddings, masks)
-    sizes = [emb.shape[0] for emb, _ in items]
-    return [{"EMBEDDING": part} for part in torch.split(pooled, sizes)]
+    def run(self, items: list[np.ndarray]) -> list[Outputs | Exception]:
+        normalized = l2_normalize(np.concatenate(items))
+        sizes = np.cumsum([len(item) for item in items])[:-1]
+        return [{"EMBEDDING": part} for part in np.split(normalized, sizes)]

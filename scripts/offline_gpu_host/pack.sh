@@ -69,8 +69,9 @@ download --no-deps -d "$stage/server" "$(pin numpy)" "$(pin nvidia-cuda-runtime-
 download --no-deps -d "$stage/site" tritonclient==2.51.0 "$(pin protobuf)" "$(pin pytest)" \
   "$(pin hypothesis)" python-rapidjson geventhttpclient gevent greenlet zope.event \
   zope.interface brotli certifi urllib3 pluggy iniconfig sortedcontainers "${source_wheels[@]}"
-# The naive FastAPI server of bench-gpu, with whatever they depend on, resolved for Python 3.12.
-download -d "$stage/site" "$(pin fastapi)" "$(pin uvicorn)"
+# The naive FastAPI server of bench-gpu (benchmarks/naive_server.py: gunicorn with uvicorn
+# workers), with whatever they depend on, resolved for Python 3.12.
+download -d "$stage/site" "$(pin fastapi)" "$(pin uvicorn)" "$(pin gunicorn)" "$(pin uvicorn-worker)"
 
 "$PY" scripts/offline_gpu_host/parts.py "$stage" "$out" --budget-mib "$PART_MIB"
 rm -rf "$stage"

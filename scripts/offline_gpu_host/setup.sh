@@ -58,8 +58,12 @@ if [[ -f $server/server.tar.xz && ! -f $dest/server.done ]]; then
 fi
 wheels=("$incoming"/site/*.whl)
 if ((${#wheels[@]})); then
-  # --upgrade: a later part may bring a package whose folder an earlier one created (zope.*).
-  python -m pip install --quiet --no-index --no-deps --upgrade --target "$site" "${wheels[@]}"
+  # Into a fresh folder, then merged: `pip install --target --upgrade` replaces whole top-level
+  # folders, so a later part's bin/ (pytest's scripts) would delete an earlier one's
+  # (tritonclient's perf_analyzer), and zope.* packages share one folder.
+  fresh=$(mktemp -d "$dest/wheels.XXXX")
+  python -m pip install --quiet --no-index --no-deps --target "$fresh" "${wheels[@]}"
+  cp -a "$fresh/." "$site/" && rm -rf "$fresh"
   rm -f "${wheels[@]}"
 fi
 if [[ -d $incoming/files ]]; then  # whole files only: chunks wait for the rest

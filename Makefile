@@ -67,7 +67,7 @@ help:
 	@echo "make artifacts-gpu  on a GPU host: export the torch_gpu programs (FP16, accuracy-gated)"
 	@echo "make gpu-pack   here: pack what an offline GPU host needs (scripts/offline_gpu_host)"
 	@echo "make test-gpu  on a GPU host: the torch_gpu config set against a real server"
-	@echo "make bench-gpu on a GPU host: served text_embedding vs sentence-transformers FP16"
+	@echo "make bench-gpu on a GPU host: text, image and CTR served vs in-process and FastAPI"
 	@echo "make build-plans  Docker + GPU: TensorRT plans built on this GPU in the builder image"
 	@echo "make serve-gpu    Docker + GPU: NVIDIA's Triton container (docker/compose.yaml)"
 	@echo "make k8s-validate  render deploy/kubernetes/ (kubectl kustomize), validate the schemas"

@@ -32,7 +32,8 @@ the tolerance of the served program's precision (``builders.accuracy_gate.TOLERA
 precision is read from ``ctr_model/1/torch_metadata.json``), and the held-out AUC of the served
 ``ctr_model`` (``builders.ctr_onnx.auc``). A mismatch raises :class:`AnswersDiffer`.
 
-Interface for :mod:`benchmarks.gpu`: :func:`run_section` and :func:`summary`. Alone:
+Interface for :mod:`benchmarks.gpu`: :func:`run_section` and :func:`summary`
+(:mod:`benchmarks.gpu_ctr_summary`). Alone:
 ``python -m benchmarks.gpu_ctr [--quick] [--device cpu]`` (on a CPU the served part uses the
 ``cpu`` config set, only to exercise the code).
 """
@@ -44,33 +45,36 @@ import dataclasses
 import json
 import sys
 import time
-import urllib.request
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks import inputs, loadgen
+from benchmarks.gpu_ctr_checks import (
+    AUC_ROWS,
+    CANDIDATES,
+    CHECKED_USERS,
+    INFER_PATH,
+    STEPS,
+    WORKLOAD,
+    AnswersDiffer,
+    _post,
+    check,
+    naive_body,
+    program_precision,
+    ranking_users,
+    triton_body,
+)
+from benchmarks.gpu_ctr_in_process import in_process
+from benchmarks.gpu_ctr_summary import summary
 from benchmarks.inputs import RankRequest
-from benchmarks.loadgen import Measurement
 from benchmarks.perf_analyzer import Window
-from benchmarks.results import IN_PROCESS, System
+from benchmarks.results import System
 from builders.accuracy_gate import TOLERANCES
 from tritonrepo.ctr import spec
-from tritonrepo.ctr.click_log import HELDOUT_SPLIT, ClickLog, ClickLogGenerator
-from tritonrepo.ctr.features import check_candidates, check_history, history_window, model_rows
-from tritonrepo.ctr.ranking import top_k
-from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
-
-WORKLOAD = spec.RANKING_ENSEMBLE
-CANDIDATES = inputs.CANDIDATES_PER_REQUEST  # 32 per user
-STEPS = (spec.RANKING_ENSEMBLE, spec.PREPROCESS_MODEL, spec.CORE_MODEL, spec.POSTPROCESS_MODEL)
-AUC_ROWS = 4096  # held-out rows for the AUC: builders.torch_export.GATE_ROWS
-CHECKED_USERS = 16  # users whose full ranking (TOP_K = 32) is compared before timing
-GOAL_VS_NAIVE = 5.0  # served at c=16 vs the naive server at c=16
-GOAL_VS_IN_PROCESS = 1.0  # served peak vs in-process at its best batch
-INFER_PATH = f"/v2/models/{spec.RANKING_ENSEMBLE}/infer"
+from tritonrepo.ctr.click_log import ClickLog
+from tritonrepo.paths import BUILD_DIR
 
 
 @dataclass(frozen=True)
@@ -104,111 +108,6 @@ QUICK = Knobs(256, (1, 16, 64), 0.5, (1, 16), 1.5, 0.5, (1,), None, None)
 FULL = Knobs(1024, (1, 16, 64, 256), 2.0, (1, 16, 64), 5.0, 1.0, (1, 4), Window(1500, 25, 4), 64)
 
 
-class AnswersDiffer(RuntimeError):
-    """A system's rankings or AUC differ from PyTorch FP32 by more than the tolerance."""
-
-
-def ranking_users(users: int) -> tuple[list[RankRequest], ClickLog]:
-    """``users`` held-out users, user ``i`` ranking candidates ``32 i .. 32 i + 31`` of the log
-    (the rule of :func:`benchmarks.inputs.ctr_inputs`), and the log (for the AUC)."""
-    log = ClickLogGenerator().sample(max(users * CANDIDATES, AUC_ROWS), HELDOUT_SPLIT)
-    slates = log.candidates.reshape(-1, CANDIDATES)
-    requests = [
-        RankRequest(log.histories[i].astype(np.int64), slates[i].astype(np.int64))
-        for i in range(users)
-    ]
-    return requests, log
-
-
-def program_precision(model_config_name: str) -> str:
-    """``"fp16"`` or ``"fp32"``: what the served ``ctr_model`` computes in.
-
-    Raises:
-        FileNotFoundError: ``torch_gpu`` without a built program (``make artifacts-gpu``).
-    """
-    if model_config_name != "torch_gpu":
-        return "fp32"  # the cpu set serves the FP32 ONNX export
-    path = MODEL_REPOSITORY / spec.CORE_MODEL / "1" / "torch_metadata.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run `make artifacts-gpu` on this host")
-    return json.loads(path.read_text())["precision"]
-
-
-def agreement(
-    ids: np.ndarray, scores: np.ndarray, candidates: np.ndarray, expected: np.ndarray
-) -> tuple[float, float]:
-    """How far a ranking is from the reference scores.
-
-    Args:
-        ids: INT64 ``[k]`` ranked item ids; scores: FP32 ``[k]`` their scores.
-        candidates: INT64 ``[n]`` the request's candidates; expected: FP32 ``[n]`` reference CTR.
-
-    Returns:
-        ``(max |score - reference|, worst inversion)``: the inversion is the largest amount by
-        which a later item's reference score exceeds an earlier one's, or an item left out beats
-        one returned (0 for a ranking in the reference's order).
-
-    Raises:
-        AnswersDiffer: ``ids`` is not ``k`` of the candidates.
-    """
-    want = dict(zip(candidates.tolist(), expected.tolist(), strict=True))
-    left = Counter(candidates.tolist()) - Counter(ids.tolist())
-    if len(ids) != len(scores) or sum(left.values()) != len(candidates) - len(ids):
-        raise AnswersDiffer(f"ranked ids {ids.tolist()} are not candidates {candidates.tolist()}")
-    ref = np.array([want[i] for i in ids.tolist()], dtype=np.float64)
-    diff = float(np.max(np.abs(np.asarray(scores, dtype=np.float64) - ref)))
-    inversion = float(np.max(np.diff(ref), initial=0.0))
-    if left:
-        inversion = max(inversion, max(want[i] for i in left) - float(ref.min()))
-    return diff, inversion
-
-
-def _post(port: int, path: str, body: dict) -> dict:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}",
-        json.dumps(body).encode(),
-        {"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=60) as answer:
-        return json.loads(answer.read())
-
-
-def naive_body(request: RankRequest) -> dict:
-    """The naive server's ``POST /rank`` body (top 10 by default)."""
-    return {"history": request.history.tolist(), "candidates": request.candidates.tolist()}
-
-
-def triton_body(request: RankRequest, k: int | None = None) -> dict:
-    """A KServe v2 JSON body for ``ctr_ranking`` (``TOP_K`` sent only when ``k`` is given)."""
-    tensors = [
-        {"name": "HISTORY", "datatype": "INT64", "shape": [len(request.history)],
-         "data": request.history.tolist()},
-        {"name": "CANDIDATES", "datatype": "INT64", "shape": [len(request.candidates)],
-         "data": request.candidates.tolist()},
-    ]  # fmt: skip
-    if k is not None:
-        tensors.append({"name": "TOP_K", "datatype": "INT32", "shape": [1], "data": [k]})
-    return {"inputs": tensors}
-
-
-def check(name: str, answers: list[tuple[np.ndarray, np.ndarray]], requests, expected, tol: float):
-    """Raise :class:`AnswersDiffer` unless every answer agrees within ``tol``.
-
-    Returns:
-        The worst ``(score diff, inversion)``.
-    """
-    worst = (0.0, 0.0)
-    for (ids, scores), request, want in zip(answers, requests, expected, strict=False):
-        diff, inversion = agreement(ids, scores, request.candidates, want)
-        worst = (max(worst[0], diff), max(worst[1], inversion))
-    if worst[0] > tol or worst[1] > 2 * tol:
-        raise AnswersDiffer(
-            f"{name}: scores off by {worst[0]:.2e}, order inverted by {worst[1]:.2e} "
-            f"(tolerance {tol:.0e})"
-        )
-    return worst
-
-
 def _timed_levels(make, requests, knobs: Knobs, label: str, snapshot=None):
     """The load generator at each of ``knobs.levels``.
 
@@ -230,95 +129,6 @@ def _timed_levels(make, requests, knobs: Knobs, label: str, snapshot=None):
         levels.append(m)
         print(f"{label} c={level}: {m.throughput:.0f} users/s, p99 {m.p99_ms:.1f} ms", flush=True)
     return levels, "load generator CPU cores " + ", ".join(cores), stats
-
-
-def _rows(request: RankRequest) -> np.ndarray:
-    return model_rows(history_window(request.history), request.candidates)
-
-
-def _time_forwards(model, requests, users: int, device: str, seconds: float):
-    """One warm-up forward, then forwards of ``users`` users until ``seconds`` of timed work
-    (at least 3); see the module docstring for what is timed.
-
-    Returns:
-        ``(users/s, per-forward seconds FP64 [forwards], users timed)``.
-    """
-    import torch
-
-    latencies: list[float] = []
-    step = 0
-    with torch.inference_mode():
-        while sum(latencies) < seconds or len(latencies) < 3:
-            chunk = [requests[(step * users + j) % len(requests)] for j in range(users)]
-            started = time.perf_counter()
-            windows = [history_window(check_history(r.history)) for r in chunk]
-            slates = [check_candidates(r.candidates) for r in chunk]
-            rows = np.concatenate([model_rows(w, c) for w, c in zip(windows, slates, strict=True)])
-            ctr = model(torch.from_numpy(rows).to(device)).float().cpu().numpy().reshape(-1)
-            for j, slate in enumerate(slates):
-                top_k(slate, ctr[j * CANDIDATES : (j + 1) * CANDIDATES], spec.DEFAULT_TOP_K)
-            if step:  # the first is the warm-up: kernels chosen, caches filled
-                latencies.append(time.perf_counter() - started)
-            step += 1
-    done = users * len(latencies)
-    return done / sum(latencies), np.asarray(latencies), done
-
-
-def in_process(requests, log: ClickLog, device: str, knobs: Knobs):
-    """PyTorch FP32 (and FP16 on a GPU) at each of ``knobs.users_per_forward``.
-
-    Returns:
-        The systems, the FP32 reference CTR of each request (FP32 ``[32]`` each, one forward
-        per user) and the FP32 held-out AUC.
-    """
-    import torch
-
-    from builders import ctr_network
-    from builders.ctr_onnx import auc
-
-    weights = BUILD_DIR / "ctr" / "model.pt"
-    models = {"fp32": ctr_network.load(weights).to(device)}
-    if device != "cpu":
-        models["fp16"] = ctr_network.load(weights).to(device).half()
-    rows = torch.as_tensor(log.rows[:AUC_ROWS], device=device)
-    with torch.inference_mode():
-        scored = {
-            p: torch.cat([m(rows[i : i + 512]).float() for i in range(0, len(rows), 512)])
-            for p, m in models.items()
-        }
-        reference = [
-            models["fp32"](torch.as_tensor(_rows(r), device=device)).cpu().numpy().reshape(-1)
-            for r in requests
-        ]
-    aucs = {p: auc(log.clicks[:AUC_ROWS], s.cpu().numpy().reshape(-1)) for p, s in scored.items()}
-    systems = []
-    for precision, model in models.items():
-        diff = float((scored[precision] - scored["fp32"]).abs().max())
-        accuracy = f"AUC {aucs[precision]:.4f}"
-        if precision != "fp32":
-            accuracy += f" ({aucs[precision] - aucs['fp32']:+.4f}), max diff {diff:.1e}"
-        for users in knobs.users_per_forward:
-            rate, seconds, done = _time_forwards(model, requests, users, device, knobs.in_process_s)
-            p50, p95, p99 = (float(v) for v in np.percentile(seconds * 1e3, [50, 95, 99]))
-            plural = "s" * (users > 1)
-            systems.append(
-                System(
-                    WORKLOAD,
-                    f"torch_{precision}_u{users}",
-                    f"PyTorch {precision.upper()}, in-process, {users} user{plural} per forward",
-                    IN_PROCESS,
-                    accuracy,
-                    [Measurement(0, rate, p50, p95, p99, done, 0)],
-                    f"{users * CANDIDATES} rows per forward; timed: features, copy, forward, "
-                    "copy back, top-k; latency per forward",
-                    {"auc": aucs[precision], "max_abs_ctr_diff_vs_fp32": diff},
-                )
-            )
-            print(f"{systems[-1].name}: {rate:.0f} users/s", flush=True)
-    del models, rows, scored
-    if device != "cpu":
-        torch.cuda.empty_cache()
-    return systems, reference, aucs["fp32"]
 
 
 def naive(requests, reference, device: str, workers: int, knobs: Knobs, out: Path) -> System:
@@ -559,88 +369,6 @@ def run_section(
         System(WORKLOAD, "triton_python_load", f"Triton ctr_ranking ({config})", "python"),
     )
     return systems
-
-
-def _measured(level: Measurement | None) -> bool:
-    return level is not None and level.throughput > 0  # 0: nothing answered in the window
-
-
-def _verdict(ratio: float, goal: float) -> str:
-    return "met" if ratio >= goal else f"missed by {100 * (1 - ratio / goal):.0f} %"
-
-
-def summary(systems: list[System]) -> list[str]:
-    """Markdown lines: served vs naive at c=16 (goal ≥ 5×, and p99), served peak vs the best
-    in-process batch of the served precision (goal ≥ 1.0×), and the steps' time per request."""
-    find = {s.key: s for s in systems}
-    served_s = find.get("triton_python_load")
-    naives = [s for s in systems if s.key.startswith("naive_") and _measured(s.at(16))]
-    local = [s for s in systems if s.load == IN_PROCESS and s.levels]
-    lines = ["## ctr_ranking (torch_gpu) targets", ""]
-    if not served_s or not _measured(served_s.at(16)) or not naives or not local:
-        return [
-            *lines,
-            "Not evaluated: a system has no answered request at c=16 (see the log).",
-            "",
-        ]
-    s16 = served_s.at(16)
-    best_naive = max(naives, key=lambda s: s.at(16).throughput)
-    for n in naives:
-        ratio = s16.throughput / n.at(16).throughput
-        lower = "lower" if s16.p99_ms < n.at(16).p99_ms else "**not lower**"
-        goal = (
-            f"goal ≥ {GOAL_VS_NAIVE:g}×: {_verdict(ratio, GOAL_VS_NAIVE)}, judged against the "
-            "faster naive layout"
-            if n is best_naive
-            else "for reference: the slower naive layout"
-        )
-        lines.append(
-            f"- Served vs {n.name} at c=16: {s16.throughput:.0f} vs {n.at(16).throughput:.0f} "
-            f"users/s, **{ratio:.2f}×** ({goal}); p99 {s16.p99_ms:.1f} vs "
-            f"{n.at(16).p99_ms:.1f} ms: {lower}."
-        )
-    precision = "fp16" if served_s.values.get("fp16") else "fp32"
-    same = [s for s in local if s.key.startswith(f"torch_{precision}_")] or local
-    base = max(same, key=lambda s: s.levels[0].throughput)
-    peaks = [(s.peak(), s) for s in systems if s.key.startswith("triton_") and s.peak()]
-    peak, by = max(peaks, key=lambda p: p[0].throughput)
-    ratio = peak.throughput / base.levels[0].throughput
-    lines.append(
-        f"- Served peak ({by.name}, c={peak.concurrency}) {peak.throughput:.0f} users/s vs "
-        f"{base.name} {base.levels[0].throughput:.0f} users/s: **{ratio:.2f}×** (goal ≥ "
-        f"{GOAL_VS_IN_PROCESS:g}×: {_verdict(ratio, GOAL_VS_IN_PROCESS)})."
-    )
-    fastest = max(local, key=lambda s: s.levels[0].throughput)
-    if fastest is not base:
-        lines.append(
-            f"- Fastest in-process: {fastest.name}, {fastest.levels[0].throughput:.0f} users/s."
-        )
-    steps = []
-    for m in STEPS[1:]:
-        queue = served_s.values.get(f"{m}.queue_ms")
-        if queue is None:
-            continue
-        compute = sum(served_s.values[f"{m}.{k}_ms"] for k in ("input", "infer", "output"))
-        part = f"{m} queue {queue:.2f} / compute {compute:.2f}"
-        if m != spec.CORE_MODEL and compute > 0:  # one request per execution
-            ceiling = served_s.values.get(f"{m}.instances", 1.0) * 1e3 / compute
-            part += f" (≤ {ceiling:.0f} req/s)"
-        steps.append(part)
-    if steps:
-        lines.append(
-            "- Steps at c=16, ms per request (ceiling: instances / compute): " + "; ".join(steps)
-        )
-    alone = [s for s in systems if s.key.startswith("step_") and s.peak()]
-    if alone:
-        lines.append(
-            "- Python steps driven alone: "
-            + ", ".join(
-                f"{s.name} {s.peak().throughput:.0f} req/s at c={s.peak().concurrency}"
-                for s in alone
-            )
-            + f" (served peak {peak.throughput:.0f})."
-        )
-    return [*lines, ""]
 
 
 def main(argv: list[str] | None = None) -> int:

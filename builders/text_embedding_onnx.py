@@ -176,8 +176,7 @@ def bf16_weights(fp32_path: Path, out_path: Path, tokenizer: TextTokenizer) -> f
     ids, mask = tokenizer.encode(PARITY_TEXTS)
     feed = {"input_ids": ids, "attention_mask": mask}
     pooled = [
-        l2_normalize(ort.InferenceSession(str(p)).run(None, feed)[0])
-        for p in (fp32_path, out_path)
+        l2_normalize(ort.InferenceSession(str(p)).run(None, feed)[0]) for p in (fp32_path, out_path)
     ]
     return float((pooled[0] * pooled[1]).sum(axis=1).min())
 

@@ -126,7 +126,8 @@ def test_report_has_tables_and_plots(tmp_path):
 def test_gpu_report_compares_each_request_size_with_the_best_st_batch(tmp_path):
     from benchmarks import gpu
 
-    run = Run("now", False, {}, {"single": [1, 8, 16], "bulk": [1, 8, 16], "window": "w"}, {})
+    settings = {"sections": ["text"], "single": [1, 8, 16], "bulk": [1, 8, 16], "window": "w"}
+    run = Run("now", False, {}, settings, {})
     run.machine = {
         "gpu": "g",
         "cpu": "c",
@@ -143,11 +144,20 @@ def test_gpu_report_compares_each_request_size_with_the_best_st_batch(tmp_path):
         _system("st_fp16_b32", IN_PROCESS, [400.0]),
         _system("st_fp16_b128", IN_PROCESS, [1000.0]),
         _system("triton_gpu_single", "perf_analyzer", [100.0, 300.0, 500.0]),
-        _system("triton_gpu_bulk", "perf_analyzer", [800.0, 2000.0, 2500.0]),
+        _system("triton_gpu_bulk", "perf_analyzer", [800.0, 2000.0, 3000.0]),
     ]
     lines = gpu.summary(run)
-    assert "- triton_gpu_single: 500 texts/s at c=16: **0.50×** (missed by 50 %)." in lines
-    assert "- triton_gpu_bulk: 2500 texts/s at c=16: **2.50×** (met)." in lines
+    assert (
+        "- triton_gpu_single: 500 texts/s at c=16: **0.50×** (goal ≥ 1.0×: missed by 50 %)."
+        in lines
+    )
+    assert "- triton_gpu_bulk: 3000 texts/s at c=16: **3.00×** (goal ≥ 2.8×: met)." in lines
+    p50 = run.systems[2].at(1).p50_ms
+    verdict = "met" if p50 <= gpu.C1_P50_GOAL_MS else "missed by"
+    assert any(
+        line.startswith(f"- triton_gpu_single, c=1 p50: **{p50:.1f} ms**") and verdict in line
+        for line in lines
+    )
     text = gpu.write_report(run, tmp_path).read_text()
     assert "st_fp16_b128 (1000 texts/s" in text and "| triton_gpu_bulk | perf_analyzer |" in text
     assert (tmp_path / "text_embedding_throughput.png").read_bytes()[:8] == PNG_MAGIC

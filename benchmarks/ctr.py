@@ -20,7 +20,7 @@ from benchmarks.loadgen import Measurement
 from benchmarks.naive_server import NaiveServer
 from benchmarks.results import IN_PROCESS, System
 from benchmarks.settings import Settings
-from benchmarks.triton_side import profile, serving, sweep, variant, without_dynamic_batching
+from benchmarks.triton_side import profile, serving, sweep_steps, variant, without_dynamic_batching
 from tritonrepo.ctr import spec
 from tritonrepo.ctr.features import history_window, model_rows
 from tritonrepo.launcher import TritonServer, free_port
@@ -308,7 +308,7 @@ def triton(server: TritonServer, data: CtrInputs, model, settings: Settings) -> 
     def served(
         workload, key, name, accuracy, values, model_name, input_data, notes="", batch_size=1
     ) -> None:
-        levels, stats, failures = sweep(
+        done = sweep_steps(
             server,
             model_name,
             input_data,
@@ -319,6 +319,7 @@ def triton(server: TritonServer, data: CtrInputs, model, settings: Settings) -> 
             on_level=lambda: settings.progress(name),
             batch_size=batch_size,
         )
+        levels, stats, failures = done.measurements(), done.stats(), done.failures
         batches = "ctr_model average batch (rows) " + ", ".join(
             f"c{lv}: {s[spec.CORE_MODEL].average_batch:.0f}" for lv, s in stats.items()
         )

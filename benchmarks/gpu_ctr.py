@@ -216,9 +216,10 @@ def served(server, requests, log: ClickLog, reference, auc_fp32: float, precisio
     if knobs.perf_analyzer is not None:
         data = inputs.write_ranking_data(out / "ranking.json", requests)
         try:
-            measured, pa_stats, failures = triton_side.sweep(
+            done = triton_side.sweep_steps(
                 server, WORKLOAD, data, knobs.levels, knobs.perf_analyzer, out, STEPS
             )
+            measured, pa_stats, failures = done.measurements(), done.stats(), done.failures
         except FileNotFoundError as exc:  # no perf_analyzer on this host
             measured, pa_stats, failures = [], {}, [str(exc)]
         systems.append(

@@ -28,7 +28,7 @@ def summary(systems: list[System]) -> list[str]:
     served_s = find.get("triton_python_load")
     naives = [s for s in systems if s.key.startswith("naive_") and _measured(s.at(16))]
     local = [s for s in systems if s.load == IN_PROCESS and s.levels]
-    lines = ["## ctr_ranking (torch_gpu) targets", ""]
+    lines = ["## ctr_ranking (torch_gpu)", ""]
     if not served_s or not _measured(served_s.at(16)) or not naives or not local:
         return [
             *lines,

@@ -18,7 +18,7 @@ included (:func:`tritonrepo.image.preprocess.preprocess_image`, the served step'
 * FP16 at batch 128 on pixels already on the GPU: the model alone, the GPU's ceiling;
 * the served ensemble (``image_preprocess`` instances on the host, ``image_classifier`` on the
   GPU, ``image_postprocess`` on the host), one image per request, perf_analyzer over gRPC at
-  each concurrency level (``benchmarks.triton_side.sweep``).
+  each concurrency level (``benchmarks.triton_side.sweep_steps``).
 
 Served answers are checked before timing: their top-5 (from ``PROBABILITIES``) against FP32
 in-process PyTorch, equal up to near-ties (``builders.image_torch_export.GATES``, the gate the
@@ -326,7 +326,7 @@ def summary(systems: list[System]) -> list[str]:
     the served top-5 equals in-process PyTorch's."""
     baselines = [s for s in systems if s.key.startswith("torch_fp16_b")]
     server = next((s for s in systems if s.key == "triton_gpu_single" and s.peak()), None)
-    lines = ["## Target: image_classification", ""]
+    lines = ["## image_classification", ""]
     if not baselines or server is None:
         return [*lines, "Not evaluated: a system was not measured (see the log).", ""]
     best = max(baselines, key=lambda s: s.levels[0].throughput)

@@ -320,23 +320,3 @@ def run_level(
     )
     usage = ClientUsage(cpu_s, wall_s, peak, client_threads, cpus, host_cores())
     return Level(measurement, mean_latency_ms(row), usage)
-
-
-def measure(
-    model: str,
-    url: str,
-    input_data: Path,
-    concurrency: int,
-    report: Path,
-    window: Window,
-    model_version: str = "",
-    batch_size: int = 1,
-    extra_args: tuple[str, ...] = (),
-    client_threads: int | None = CLIENT_THREADS,
-    pin: tuple[int, ...] | str = AUTO,
-) -> Measurement:
-    """:func:`run_level`'s measurement alone (same arguments and errors)."""
-    return run_level(
-        model, url, input_data, concurrency, report, window, model_version, batch_size,
-        extra_args, client_threads, pin,
-    ).measurement  # fmt: skip

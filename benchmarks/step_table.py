@@ -1,7 +1,7 @@
 """Where each request's time goes: per-step markdown tables from a perf_analyzer sweep.
 
-Input is what :func:`benchmarks.triton_side.sweep_steps` returns (a :class:`Sweep`), or, from
-the older :func:`benchmarks.triton_side.sweep` triple, the levels :func:`from_stats` rebuilds.
+Input is what :func:`benchmarks.triton_side.sweep_steps` returns (a :class:`Sweep`) or its
+levels.
 Per composing model and concurrency level, from the change in Triton's statistics extension
 (``/v2/models/<m>/stats``) between a snapshot right before and right after perf_analyzer ran:
 
@@ -29,10 +29,9 @@ Use (the lead's ``benchmarks/gpu.py``)::
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
-from benchmarks.loadgen import Measurement
-from benchmarks.perf_analyzer import ClientUsage, Level, cpu_list
+from benchmarks.perf_analyzer import cpu_list
 from benchmarks.triton_side import LevelSteps, StepStats, Sweep
 
 STEP_HEADER = (
@@ -137,29 +136,6 @@ def lines(done: Sweep | Iterable[LevelSteps], title: str = "") -> list[str]:
         *client_table(levels),
         "",
     ]
-
-
-def from_stats(
-    stats: dict[int, dict[str, StepStats]],
-    measurements: Sequence[Measurement] = (),
-    wall_s: dict[int, float] | None = None,
-) -> list[LevelSteps]:
-    """Levels rebuilt from :func:`benchmarks.triton_side.sweep`'s ``stats`` (and optionally its
-    measurements and the seconds each level took), for :func:`step_table`.
-
-    Without ``wall_s`` exec/s is NaN; without a level's measurement its share is '–' (the older
-    triple carries neither perf_analyzer's mean latency nor client CPU, so the shares use
-    Little's law and :func:`client_table` is not available from it).
-    """
-    by_level = {m.concurrency: m for m in measurements}
-    out = []
-    for level, steps in stats.items():
-        m = by_level.get(level)
-        measured = None
-        if m is not None:
-            measured = Level(m, math.nan, ClientUsage(0.0, 0.0, 0, None, (), 0))
-        out.append(LevelSteps(level, steps, (wall_s or {}).get(level, 0.0), measured))
-    return out
 
 
 def client_values(done: Sweep | Iterable[LevelSteps]) -> dict[str, float]:

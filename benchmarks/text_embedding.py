@@ -18,7 +18,7 @@ from benchmarks import inputs, loadgen
 from benchmarks.loadgen import Measurement
 from benchmarks.results import IN_PROCESS, System
 from benchmarks.settings import Settings
-from benchmarks.triton_side import profile, serving, sweep, variant, without_dynamic_batching
+from benchmarks.triton_side import profile, serving, sweep_steps, variant, without_dynamic_batching
 from tritonrepo.launcher import TritonServer, free_port
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.text import spec
@@ -229,7 +229,7 @@ def triton(
         data=text_data,
         notes: str = "",
     ) -> None:
-        levels, stats, failures = sweep(
+        done = sweep_steps(
             server,
             model,
             data,
@@ -239,6 +239,7 @@ def triton(
             STEPS,
             on_level=lambda: settings.progress(name),
         )
+        levels, stats, failures = done.measurements(), done.stats(), done.failures
         systems.append(
             System(
                 WORKLOAD,

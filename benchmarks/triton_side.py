@@ -219,7 +219,7 @@ class Sweep:
         return [lv.level.measurement for lv in self.levels if lv.level]
 
     def stats(self) -> dict[int, dict[str, StepStats]]:
-        """``{concurrency: {model: StepStats}}`` (what :func:`sweep` returns)."""
+        """``{concurrency: {model: StepStats}}`` (the per-level step statistics)."""
         return {lv.concurrency: lv.steps for lv in self.levels}
 
 
@@ -263,32 +263,6 @@ def sweep_steps(
         if on_level:
             on_level()
     return result
-
-
-def sweep(
-    server: TritonServer,
-    model: str,
-    input_data: Path,
-    levels: tuple[int, ...],
-    window: perf_analyzer.Window,
-    workdir: Path,
-    watch: tuple[str, ...] = (),
-    on_level: Callable[[], None] | None = None,
-    batch_size: int = 1,
-    client_threads: int | None = perf_analyzer.CLIENT_THREADS,
-    pin: tuple[int, ...] | str = perf_analyzer.AUTO,
-) -> tuple[list[Measurement], dict[int, dict[str, StepStats]], list[str]]:
-    """:func:`sweep_steps` in its older form.
-
-    Returns:
-        The measurements, per level ``{model: StepStats during that level}``, and one line per
-        level that failed.
-    """
-    done = sweep_steps(
-        server, model, input_data, levels, window, workdir, watch, on_level, batch_size,
-        client_threads, pin,
-    )  # fmt: skip
-    return done.measurements(), done.stats(), done.failures
 
 
 def profile(stats: dict[int, dict], level: int) -> dict[str, float]:

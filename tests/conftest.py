@@ -19,6 +19,20 @@ from tritonrepo.text import spec
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+NEEDS_GPU = pytest.mark.skipif(
+    not _cuda_available(), reason="needs a CUDA GPU: run `make test-gpu` on a GPU host"
+)
+GPU_SERVER_MARKS = [pytest.mark.server, pytest.mark.gpu, NEEDS_GPU]  # a module's pytestmark
+
+
 def require_artifacts() -> None:
     """Fail (not skip) when the built artifacts are missing: `make test` builds them."""
     for version in spec.ENCODER_VERSIONS:

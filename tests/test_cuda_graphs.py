@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import NEEDS_GPU
 from tritonrepo.cuda_graphs import Grid, grid_from_parameters, parse_sizes
 
 GRID = Grid(rows=(1, 2, 4, 8), positions=(16, 32, 64))
@@ -42,7 +43,7 @@ def test_parameters_parse_sorted_and_deduplicated():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make test-gpu)")
+@NEEDS_GPU
 def test_graph_replays_match_the_eager_program():
     """The served program (built by `make artifacts-gpu`), replayed from graphs over ragged
     batches of real texts, against the same program run eagerly on the same rows."""

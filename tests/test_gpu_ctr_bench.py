@@ -17,6 +17,7 @@ from benchmarks import gpu_ctr, gpu_ctr_checks, gpu_ctr_in_process, gpu_ctr_summ
 from benchmarks.loadgen import Measurement
 from benchmarks.results import IN_PROCESS, System
 from builders import ctr_network
+from tests.conftest import NEEDS_GPU
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 
 CANDIDATES = np.array([5, 7, 9, 11], dtype=np.int64)
@@ -152,7 +153,7 @@ def test_cuda_without_a_gpu_is_an_explicit_error(tmp_path) -> None:
 
 @pytest.mark.server
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make test-gpu)")
+@NEEDS_GPU
 def test_quick_section_on_the_gpu(tmp_path) -> None:
     systems = gpu_ctr.run_section(True, tmp_path)
     measured = {s.key for s in systems if s.levels}

@@ -18,7 +18,7 @@ import torch
 
 from benchmarks.gpu_image import served_log_probabilities
 from builders.image_torch_export import GATES, ranking_mismatches
-from tests.conftest import server_options
+from tests.conftest import GPU_SERVER_MARKS, server_options
 from tritonrepo.image import photos, spec
 from tritonrepo.image.labels import read_labels
 from tritonrepo.image.preprocess import preprocess_image
@@ -28,13 +28,7 @@ from tritonrepo.torch_runner import METADATA_FILE
 from tritonrepo_client import ClassificationClient
 from tritonrepo_client.repository import RepositoryClient
 
-pytestmark = [
-    pytest.mark.server,
-    pytest.mark.gpu,
-    pytest.mark.skipif(
-        not torch.cuda.is_available(), reason="needs a CUDA GPU: run `make test-gpu` on a GPU host"
-    ),
-]
+pytestmark = GPU_SERVER_MARKS
 PROTOCOLS = ["http", "grpc"]
 NAMED = list(photos.PHOTOS) + list(photos.EXTRA)  # the bundled photos
 AUGMENTED_SEED = 4  # other crops than the build gate's (seed 2)

@@ -13,10 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-import torch
 
 from builders import torch_export
-from tests.conftest import server_options
+from tests.conftest import GPU_SERVER_MARKS, server_options
 from tests.sentences import LONG_PARAGRAPH, SENTENCES
 from tests.test_ctr import reference_rows
 from tritonrepo.ctr import spec as ctr_spec
@@ -29,13 +28,7 @@ from tritonrepo.torch_runner import METADATA_FILE
 from tritonrepo_client import ClientError, EmbeddingClient, RankingClient, SessionClient
 from tritonrepo_client.repository import RepositoryClient
 
-pytestmark = [
-    pytest.mark.server,
-    pytest.mark.gpu,
-    pytest.mark.skipif(
-        not torch.cuda.is_available(), reason="needs a CUDA GPU: run `make test-gpu` on a GPU host"
-    ),
-]
+pytestmark = GPU_SERVER_MARKS
 PROTOCOLS = ["http", "grpc"]
 MIN_COSINE = torch_export.GATES["fp16"].min_cosine  # served FP16 vs sentence-transformers FP32
 

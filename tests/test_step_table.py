@@ -157,19 +157,6 @@ def test_client_table_and_values():
     assert text.startswith("### t\n") and "--async --max-threads 4" in text
 
 
-def test_from_stats_keeps_the_older_triple_usable():
-    stats = {8: {m: delta(m) for m in MODELS}}
-    m = Measurement(8, FIXTURE["throughput"], 1.0, 2.0, 3.0, -1, 0)
-    rows = step_table.step_table(step_table.from_stats(stats, [m]))
-    first = cells(rows[2])
-    assert first[3] == "–"  # no wall time: no exec/s
-    assert first[6].endswith("%")  # shares by Little's law
-    rows = step_table.step_table(step_table.from_stats(stats, [], {8: 10.0}))
-    executions = raw_count_delta(MODELS[0], "execution_count")
-    assert float(cells(rows[2])[3]) == pytest.approx(executions / 10.0, abs=0.05)
-    assert cells(rows[2])[6] == "–"
-
-
 def test_client_cpus_pins_only_large_hosts():
     assert perf_analyzer.client_cpus(tuple(range(8))) == ()
     assert perf_analyzer.client_cpus(tuple(range(16))) == (14, 15)
@@ -197,7 +184,7 @@ def test_run_level_asks_for_async_with_bounded_threads(tmp_path, monkeypatch):
     assert "--async" in cmd and cpus == (2, 3)
     assert level.client.cores == 0.25 and level.client.peak_threads == 11
     assert level.measurement.throughput == pytest.approx(float(row["Inferences/Second"]))
-    perf_analyzer.measure(*args, client_threads=None, pin=())
+    perf_analyzer.run_level(*args, client_threads=None, pin=())
     cmd, cpus = calls[-1]
     assert "--async" not in cmd and "--max-threads" not in cmd and cpus == ()
 

@@ -47,13 +47,14 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SOAK_MINUTES ?= 10
 
-.PHONY: help setup artifacts gpu-pack serve test bench bench-quick bench-priority fallback-cpu fallback-gpu profile perf-deps int8-study lint clean soak \
+.PHONY: help setup artifacts gpu-pack serve test test-unit bench bench-quick bench-priority fallback-cpu fallback-gpu profile perf-deps int8-study lint clean soak \
 	k8s-deps k8s-validate monitoring-deps guard-deps \
 	artifacts-gpu test-gpu bench-gpu build-plans serve-gpu
 
 help:
 	@echo "make serve     set up, build the artifacts, run the embedded Triton server (Ctrl-C stops)"
 	@echo "make test      set up, build the artifacts, run the tests against a real server"
+	@echo "make test-unit the tests that need no server and no artifacts (tests/unit, < 1 min)"
 	@echo "make setup     create $(VENV) with the versions pinned in requirements.txt"
 	@echo "make artifacts build the model files from the source weights"
 	@echo "make bench     the ensembles vs in-process and FastAPI baselines (~25 min; build/bench/)"
@@ -90,34 +91,38 @@ $(STAMP): requirements.txt pyproject.toml
 
 artifacts: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(IMAGE_ARTIFACTS) $(PLAN_SOURCES)
 
-$(TEXT_EMBEDDING_ARTIFACTS) &: $(STAMP) builders/text_embedding_onnx.py tritonrepo/text/spec.py \
-		tritonrepo/text/tokenization.py builders/text_embedding_variants.py tritonrepo/text/corpus.py
-	$(PY) -m builders.text_embedding_onnx
+$(TEXT_EMBEDDING_ARTIFACTS) &: $(STAMP) builders/onnx_export/text_embedding.py tritonrepo/text/spec.py \
+		tritonrepo/text/tokenization.py builders/onnx_export/text_embedding_variants.py reference_data/text_corpus.py
+	$(PY) -m builders.onnx_export.text_embedding
 
-$(CTR_ARTIFACTS) &: $(STAMP) builders/ctr_onnx.py builders/ctr_network.py tritonrepo/ctr/spec.py \
-		tritonrepo/ctr/click_log.py tritonrepo/ctr/features.py
-	$(PY) -m builders.ctr_onnx
+$(CTR_ARTIFACTS) &: $(STAMP) builders/onnx_export/ctr.py builders/onnx_export/ctr_network.py tritonrepo/ctr/spec.py \
+		reference_data/click_log.py tritonrepo/ctr/features.py
+	$(PY) -m builders.onnx_export.ctr
 
-$(IMAGE_ARTIFACTS) &: $(STAMP) builders/image_onnx.py tritonrepo/image/spec.py \
-		tritonrepo/image/preprocess.py tritonrepo/image/reference.py tritonrepo/image/photos.py \
-		tritonrepo/image/labels.py tritonrepo/image/normalise.py builders/image_plan_data.py
-	$(PY) -m builders.image_onnx
+$(IMAGE_ARTIFACTS) &: $(STAMP) builders/onnx_export/image.py tritonrepo/image/spec.py \
+		tritonrepo/image/preprocess.py reference_data/image_reference.py reference_data/photos.py \
+		tritonrepo/image/labels.py tritonrepo/image/normalise.py builders/tensorrt/image_plan_data.py
+	$(PY) -m builders.onnx_export.image
 
-model_repository/ctr_session/1/model.onnx: $(CTR_ARTIFACTS) builders/ctr_session_onnx.py
-	$(PY) -m builders.ctr_session_onnx
+model_repository/ctr_session/1/model.onnx: $(CTR_ARTIFACTS) builders/onnx_export/ctr_session.py
+	$(PY) -m builders.onnx_export.ctr_session
 
-build/tensorrt/real_texts.json: $(STAMP) builders/plan_data.py tritonrepo/text/corpus.py
-	$(PY) -m builders.plan_data
+build/tensorrt/real_texts.json: $(STAMP) builders/tensorrt/plan_data.py reference_data/text_corpus.py
+	$(PY) -m builders.tensorrt.plan_data
 
 serve: artifacts guard-deps
-	$(PY) -m tritonrepo.serve $(SERVE_ARGS)
+	$(PY) -m tritonrepo.server.serve $(SERVE_ARGS)
 
 test: artifacts perf-deps k8s-deps monitoring-deps guard-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# No server, no artifacts (tests/unit/, under a minute): what to run after a change to the logic.
+test-unit: setup
+	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
 # CPU fallback of a running server (`make serve`, or the container's ports with URL=host:port):
 # every loaded model reloaded with configs/cpu.pbtxt through the load API, model by model, with
-# a health check first and probes after each (client/config_sets.py); `make fallback-gpu` goes
+# a health check first and probes after each (client/control/config_sets.py); `make fallback-gpu` goes
 # back to GPU_CONFIGS (default: config.pbtxt, the TensorRT plans; or torch_gpu).
 URL ?= 127.0.0.1:8000
 GPU_CONFIGS ?= default
@@ -135,7 +140,7 @@ perf-deps:
 		|| { apt-get update -q >/dev/null && apt-get install -y -q libb64-0d >/dev/null; } \
 		|| { echo "error: perf_analyzer needs Debian's libb64-0d (apt-get install libb64-0d)"; exit 1; }
 
-# tests/test_monitoring.py runs Debian's prometheus and promtool (2.42) against the rules in
+# tests/deploy/test_monitoring.py runs Debian's prometheus and promtool (2.42) against the rules in
 # deploy/prometheus/; install them when missing (as root). The package's own service is not used
 # (the test runs its own process on a free port); apt may leave it stopped or running.
 monitoring-deps:
@@ -143,10 +148,10 @@ monitoring-deps:
 		|| apt-get install -y -q --no-install-recommends prometheus >/dev/null \
 		|| { apt-get update -q >/dev/null \
 			&& apt-get install -y -q --no-install-recommends prometheus >/dev/null; } \
-		|| { echo "error: tests/test_monitoring.py needs Debian's prometheus package" \
+		|| { echo "error: tests/deploy/test_monitoring.py needs Debian's prometheus package" \
 			"(prometheus and promtool; apt-get install prometheus)"; exit 1; }
 
-# The HTTP guard in front of Triton's HTTP port (tritonrepo/http_guard.py) runs Debian's nginx
+# The HTTP guard in front of Triton's HTTP port (tritonrepo/server/http_guard.py) runs Debian's nginx
 # with its njs module (libnginx-mod-http-js); install them when missing (as root). apt does not
 # start the package's own nginx service in containers (policy-rc.d); the guard runs its own.
 guard-deps:
@@ -158,7 +163,7 @@ guard-deps:
 		|| { echo "error: the HTTP guard needs Debian's nginx and libnginx-mod-http-js" \
 			"(apt-get install nginx libnginx-mod-http-js)"; exit 1; }
 
-# deploy/kubernetes/ is rendered with `kubectl kustomize` (tests/test_kubernetes.py). kubectl
+# deploy/kubernetes/ is rendered with `kubectl kustomize` (tests/deploy/test_kubernetes.py). kubectl
 # comes with these machines' image; elsewhere `apt-get install kubectl` where an apt source
 # has it. The check is that it renders an overlay: kubectl 1.27-1.33 (kustomize v5) render them
 # identically; Debian bookworm's own kubernetes-client (1.20, kustomize v2) is too old.
@@ -173,7 +178,7 @@ k8s-deps:
 # Each kustomization rendered and validated strictly (unknown fields are errors) against the
 # oldest and newest Kubernetes the manifests are for; the CRD objects (KServe, PodMonitor) get
 # a warning from kubernetes-validate, which has no schemas for them, and are checked by
-# tests/test_kubernetes.py, which this runs too.
+# tests/deploy/test_kubernetes.py, which this runs too.
 K8S_KUSTOMIZATIONS := overlays/gpu overlays/cpu kserve prometheus-adapter
 K8S_VERSIONS := 1.29.0 1.37.0
 
@@ -183,7 +188,7 @@ k8s-validate: setup k8s-deps
 		kubectl kustomize deploy/kubernetes/$$k \
 			| $(VENV)/bin/kubernetes-validate --strict --quiet -k $$v -; \
 	done; done
-	$(PY) -m pytest -q tests/test_kubernetes.py
+	$(PY) -m pytest -q tests/deploy/test_kubernetes.py
 
 bench: artifacts perf-deps guard-deps
 	$(PY) -m benchmarks $(BENCH_ARGS)
@@ -203,11 +208,11 @@ profile: artifacts perf-deps
 	$(PY) -m benchmarks.profile $(BENCH_ARGS)
 
 int8-study: artifacts
-	$(PY) -m builders.text_embedding_int8_study
+	$(PY) -m builders.gates.int8_study
 
 # GPU host without NVIDIA's container: the torch_gpu config set (--model-config-name=torch_gpu).
 # The programs are tied to this host's PyTorch, like TensorRT plans to theirs, so they are built
-# here, not shipped (builders/torch_export.py).
+# here, not shipped (builders/torch_programs/export.py).
 TORCH_GPU_ARTIFACTS := \
 	model_repository/text_embedding_encoder/1/model.pt2 \
 	model_repository/ctr_model/1/model.pt2 \
@@ -217,8 +222,8 @@ TORCH_GPU_ARTIFACTS := \
 artifacts-gpu: $(TORCH_GPU_ARTIFACTS)
 
 $(TORCH_GPU_ARTIFACTS) &: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(IMAGE_ARTIFACTS) \
-		builders/torch_export.py builders/image_torch_export.py
-	$(PY) -m builders.torch_export
+		builders/torch_programs/export.py builders/torch_programs/image_export.py
+	$(PY) -m builders.torch_programs.export
 
 # Parts for an offline GPU host without registry access (scripts/offline_gpu_host/pack.sh,
 # which needs the package registry here): what preflight requires for the torch_gpu set.
@@ -241,7 +246,7 @@ build-plans: artifacts
 	docker build -f docker/Dockerfile.builder -t $(BUILDER_IMAGE) .
 	docker run --gpus all --rm --user "$$(id -u):$$(id -g)" -e HOME=/tmp \
 		-v "$(CURDIR):/workspace/tritonrepo" $(BUILDER_IMAGE) \
-		python -m builders.tensorrt_plans $(PLAN_ARGS)
+		python -m builders.tensorrt.plans $(PLAN_ARGS)
 
 # The repository key is a compose secret read from build/repository.key (created if missing).
 serve-gpu:

@@ -48,7 +48,7 @@ def describe_inputs(
         lengths = tokenizer.encode(texts)[1].sum(axis=1)
         p10, p50, p90 = np.percentile(lengths, [10, 50, 90]).astype(int)
         out["Texts"] = (
-            f"{len(texts)} real texts (`tritonrepo/text/corpus.py`: numpy docstrings and the "
+            f"{len(texts)} real texts (`reference_data/text_corpus.py`: numpy docstrings and the "
             f"READMEs of pinned packages; 40 % short queries, 40 % paragraphs, 20 % documents); "
             f"tokens p10 {p10}, p50 {p50}, p90 {p90}, max {lengths.max()} (the model truncates "
             f"at {spec.MAX_SEQ_LENGTH})"

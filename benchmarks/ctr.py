@@ -23,8 +23,8 @@ from benchmarks.settings import Settings
 from benchmarks.triton_side import profile, serving, sweep_steps, variant, without_dynamic_batching
 from tritonrepo.ctr import spec
 from tritonrepo.ctr.features import history_window, model_rows
-from tritonrepo.launcher import TritonServer, free_port
 from tritonrepo.paths import BUILD_DIR
+from tritonrepo.server.launcher import TritonServer, free_port
 from tritonrepo_client import RankingClient, SessionClient
 from tritonrepo_client.connection import TritonConnection
 
@@ -57,7 +57,7 @@ def in_process(data: CtrInputs, settings: Settings) -> tuple[list[System], objec
     """
     import torch
 
-    from builders import ctr_network
+    from builders.onnx_export import ctr_network
 
     model = ctr_network.load(BUILD_DIR / "ctr" / "model.pt")
     auc = _auc(data.heldout.clicks, ctr_network.predict(model, data.heldout.rows))
@@ -174,7 +174,7 @@ def naive_servers(data: CtrInputs, model, settings: Settings, workers: int) -> l
     import json
     import urllib.request
 
-    from builders import ctr_network
+    from builders.onnx_export import ctr_network
 
     systems = []
     body = lambda r: {"history": r.history.tolist(), "candidates": r.candidates.tolist()}  # noqa: E731
@@ -244,7 +244,7 @@ def check_served(server: TritonServer, data: CtrInputs, model, tolerance: float)
     Raises:
         SystemExit: above ``tolerance``.
     """
-    from builders import ctr_network
+    from builders.onnx_export import ctr_network
 
     url = server.options.grpc_url
     worst = 0.0

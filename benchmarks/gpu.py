@@ -41,9 +41,9 @@ from benchmarks.perf_analyzer import Window
 from benchmarks.results import IN_PROCESS, Run, System
 from benchmarks.text_embedding import STEPS, min_cosine, require
 from benchmarks.triton_side import sweep_steps
-from builders.accuracy_gate import TOLERANCES
-from tritonrepo.launcher import ServerOptions, TritonServer, free_port
+from builders.gates.accuracy_gate import TOLERANCES
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
+from tritonrepo.server.launcher import ServerOptions, TritonServer, free_port
 from tritonrepo.text import spec
 from tritonrepo.text.tokenization import TextTokenizer
 from tritonrepo_client import EmbeddingClient
@@ -326,7 +326,7 @@ def write_report(run: Run, out: Path) -> Path:
 def text_section(run: Run, knobs: dict, out: Path) -> None:
     """The text systems into ``run`` (in-process first, then a server with text_embedding)."""
     texts = inputs.texts(knobs["texts"])
-    run.inputs["texts"] = f"{len(texts)} real mixed texts (tritonrepo.text.corpus, eval split)"
+    run.inputs["texts"] = f"{len(texts)} real mixed texts (reference_data.text_corpus, eval split)"
     systems, reference = in_process(texts)
     run.systems += systems
     for s in systems:

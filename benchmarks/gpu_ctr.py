@@ -5,7 +5,8 @@ Every request is one held-out user: their history (0..63 items) and a slate of
 ``CANDIDATES`` (32) items, the same rule as :func:`benchmarks.inputs.ctr_inputs` with more
 users; each system answers the top ``spec.DEFAULT_TOP_K`` (10) items by CTR. Systems:
 
-* **PyTorch in one process** (``builders.ctr_network.load`` of ``build/ctr/model.pt``, FP32, and
+* **PyTorch in one process** (``builders.onnx_export.ctr_network.load`` of ``build/ctr/model.pt``,
+FP32, and
   FP16 on a GPU) at ``Knobs.users_per_forward`` users per forward (full: 1, 16, 64, 256), in
   eager mode. Timed per forward, with
   ``time.perf_counter``: the checks, history window and rows of each user
@@ -28,9 +29,9 @@ users; each system answers the top ``spec.DEFAULT_TOP_K`` (10) items by CTR. Sys
 
 Answers are checked before timing, against PyTorch FP32 on the same device: every item's score
 and the order (swaps only between items whose reference scores are within the tolerance), with
-the tolerance of the served program's precision (``builders.accuracy_gate.TOLERANCES``; the
+the tolerance of the served program's precision (``builders.gates.accuracy_gate.TOLERANCES``; the
 precision is read from ``ctr_model/1/torch_metadata.json``), and the held-out AUC of the served
-``ctr_model`` (``builders.ctr_onnx.auc``). A mismatch raises :class:`AnswersDiffer`.
+``ctr_model`` (``builders.onnx_export.ctr.auc``). A mismatch raises :class:`AnswersDiffer`.
 
 Interface for :mod:`benchmarks.gpu`: :func:`run_section` and :func:`summary`
 (:mod:`benchmarks.gpu_ctr_summary`). Alone:
@@ -71,9 +72,9 @@ from benchmarks.gpu_ctr_summary import summary
 from benchmarks.inputs import RankRequest
 from benchmarks.perf_analyzer import Window
 from benchmarks.results import System
-from builders.accuracy_gate import TOLERANCES
+from builders.gates.accuracy_gate import TOLERANCES
+from reference_data.click_log import ClickLog
 from tritonrepo.ctr import spec
-from tritonrepo.ctr.click_log import ClickLog
 from tritonrepo.paths import BUILD_DIR
 
 
@@ -134,7 +135,7 @@ def _timed_levels(make, requests, knobs: Knobs, label: str, snapshot=None):
 def naive(requests, reference, device: str, workers: int, knobs: Knobs, out: Path) -> System:
     """The naive FastAPI server on ``device`` with ``workers`` workers, checked, then timed."""
     from benchmarks.naive_server import NaiveServer
-    from tritonrepo.launcher import free_port
+    from tritonrepo.server.launcher import free_port
 
     port = free_port()
     name = f"FastAPI + PyTorch FP32 (gunicorn, {workers} uvicorn worker{'s' * (workers > 1)})"
@@ -162,7 +163,7 @@ def served(server, requests, log: ClickLog, reference, auc_fp32: float, precisio
     """``ctr_ranking`` checked (rankings, then the AUC of ``ctr_model`` on the held-out rows),
     then timed by the load generator and, with ``knobs.perf_analyzer``, by perf_analyzer."""
     from benchmarks import triton_side
-    from builders.ctr_onnx import auc
+    from builders.onnx_export.ctr import auc
     from tritonrepo_client.connection import TritonConnection
 
     tol = TOLERANCES[precision]
@@ -330,7 +331,7 @@ def run_section(
     """
     import torch
 
-    from tritonrepo.launcher import ServerOptions, TritonServer, free_port
+    from tritonrepo.server.launcher import ServerOptions, TritonServer, free_port
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError(

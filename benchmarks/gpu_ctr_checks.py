@@ -12,14 +12,14 @@ import numpy as np
 
 from benchmarks import inputs
 from benchmarks.inputs import RankRequest
+from reference_data.click_log import HELDOUT_SPLIT, ClickLog, ClickLogGenerator
 from tritonrepo.ctr import spec
-from tritonrepo.ctr.click_log import HELDOUT_SPLIT, ClickLog, ClickLogGenerator
 from tritonrepo.paths import MODEL_REPOSITORY
 
 WORKLOAD = spec.RANKING_ENSEMBLE
 CANDIDATES = inputs.CANDIDATES_PER_REQUEST  # 32 per user
 STEPS = (spec.RANKING_ENSEMBLE, spec.PREPROCESS_MODEL, spec.CORE_MODEL, spec.POSTPROCESS_MODEL)
-AUC_ROWS = 4096  # held-out rows for the AUC: builders.torch_export.GATE_ROWS
+AUC_ROWS = 4096  # held-out rows for the AUC: builders.torch_programs.export.GATE_ROWS
 CHECKED_USERS = 16  # users whose full ranking (TOP_K = 32) is compared before timing
 INFER_PATH = f"/v2/models/{spec.RANKING_ENSEMBLE}/infer"
 

@@ -13,8 +13,8 @@ from benchmarks.gpu_ctr_checks import AUC_ROWS, CANDIDATES, WORKLOAD
 from benchmarks.inputs import RankRequest
 from benchmarks.loadgen import Measurement
 from benchmarks.results import IN_PROCESS, System
+from reference_data.click_log import ClickLog
 from tritonrepo.ctr import spec
-from tritonrepo.ctr.click_log import ClickLog
 from tritonrepo.ctr.features import check_candidates, check_history, history_window, model_rows
 from tritonrepo.ctr.ranking import top_k
 from tritonrepo.paths import BUILD_DIR
@@ -64,8 +64,8 @@ def in_process(requests, log: ClickLog, device: str, knobs: Knobs):
     """
     import torch
 
-    from builders import ctr_network
-    from builders.ctr_onnx import auc
+    from builders.onnx_export import ctr_network
+    from builders.onnx_export.ctr import auc
 
     weights = BUILD_DIR / "ctr" / "model.pt"
     models = {"fp32": ctr_network.load(weights).to(device)}

@@ -8,7 +8,7 @@ Systems, every one from the JPEG file to the top-5 on the host, decoding and pre
 included (:func:`tritonrepo.image.preprocess.preprocess_image`, the served step's function):
 
 * PyTorch in this process, EfficientNet-Lite0
-  (:func:`tritonrepo.image.reference.efficientnet_lite0`) eager on the GPU: FP32 at batch 128
+  (:func:`reference_data.image_reference.efficientnet_lite0`) eager on the GPU: FP32 at batch 128
   (the accuracy reference) and FP16 (input cast to FP16, logits back to FP32, as the served
   program) at each of ``BATCHES``; preprocessing on this
   process's one thread, as a plain PyTorch loop does. The baseline is the best FP16 batch.
@@ -21,11 +21,11 @@ included (:func:`tritonrepo.image.preprocess.preprocess_image`, the served step'
   each concurrency level (``benchmarks.triton_side.sweep_steps``).
 
 Served answers are checked before timing: their top-5 (from ``PROBABILITIES``) against FP32
-in-process PyTorch, equal up to near-ties (``builders.image_torch_export.GATES``, the gate the
-program passed), and against in-process PyTorch at the program's precision (strictly equal, or
-not: reported). ``run_section`` returns the systems; ``summary`` gives the report lines.
-Run alone: ``python -m benchmarks.gpu_image [--quick] [--device cpu --config-set cpu]`` (the
-CPU escape hatch checks the harness on a machine without a GPU).
+in-process PyTorch, equal up to near-ties (``builders.torch_programs.image_export.GATES``, the gate
+the program passed), and against in-process PyTorch at the program's precision (strictly equal, or
+not: reported). ``run_section`` returns the systems; ``summary`` gives the report lines. Run alone:
+``python -m benchmarks.gpu_image [--quick] [--device cpu --config-set cpu]`` (the CPU escape hatch
+checks the harness on a machine without a GPU).
 """
 
 from __future__ import annotations
@@ -48,12 +48,12 @@ from benchmarks.loadgen import Measurement
 from benchmarks.perf_analyzer import Window
 from benchmarks.results import IN_PROCESS, System
 from benchmarks.triton_side import sweep_steps
-from builders.image_torch_export import GATES, ranking_mismatches
+from builders.torch_programs.image_export import GATES, ranking_mismatches
 from tritonrepo.image import spec
 from tritonrepo.image.preprocess import preprocess_image
-from tritonrepo.launcher import ServerOptions, TritonServer, free_port
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
-from tritonrepo.torch_runner import METADATA_FILE
+from tritonrepo.runners.torch_runner import METADATA_FILE
+from tritonrepo.server.launcher import ServerOptions, TritonServer, free_port
 
 WORKLOAD = spec.ENSEMBLE
 BATCHES = (1, 32, 128)
@@ -114,7 +114,7 @@ def in_process(files: list[bytes], batches: tuple[int, ...], device: str):
     """
     import torch
 
-    from tritonrepo.image.reference import efficientnet_lite0
+    from reference_data.image_reference import efficientnet_lite0
 
     fp32 = efficientnet_lite0().to(device).eval()
     fp16 = efficientnet_lite0().to(device, torch.float16).eval()

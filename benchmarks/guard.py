@@ -1,6 +1,6 @@
-"""The HTTP guard's cost (:mod:`tritonrepo.http_guard`, nginx + njs): text_embedding requests of
-one text each over HTTP (tritonclient.http, binary tensors, the Python load generator), direct
-to Triton's HTTP port and through a guard in front of it: same server, same texts, same
+"""The HTTP guard's cost (:mod:`tritonrepo.server.http_guard`, nginx + njs): text_embedding
+requests of one text each over HTTP (tritonclient.http, binary tensors, the Python load generator),
+direct to Triton's HTTP port and through a guard in front of it: same server, same texts, same
 script, every concurrency level of the run (``--quick``: 1 and 8, 2 s each). The report's rows
 ``triton_http_direct`` and ``triton_http_guarded`` give throughput and p50/p95/p99 for each.
 """
@@ -13,8 +13,8 @@ import tritonclient.http as httpclient
 from benchmarks import loadgen
 from benchmarks.results import System
 from benchmarks.settings import Settings
-from tritonrepo.http_guard import HttpGuard, guard_available
-from tritonrepo.launcher import TritonServer, free_port
+from tritonrepo.server.http_guard import HttpGuard, guard_available
+from tritonrepo.server.launcher import TritonServer, free_port
 from tritonrepo.text import spec
 
 WORKLOAD = "text_embedding"

@@ -1,7 +1,7 @@
 """The ``image_classification`` systems: in-process PyTorch, the naive server, Triton (FP32 and
 the INT8 version), and ResNet-50 (random weights) for the classic ResNet-50 comparison.
 
-Inputs are real photographs (``benchmarks.inputs`` is not needed: ``tritonrepo.image.photos``
+Inputs are real photographs (``benchmarks.inputs`` is not needed: ``reference_data.photos``
 crops, flips and re-lights the scikit-image photos into JPEG files of 150-1400 px, seed 3), one
 image per request. Every system decodes, preprocesses and ranks the JPEG itself, with the same
 functions (``tritonrepo.image.preprocess`` / ``postprocess``), except the ResNet-50 rows, which
@@ -23,9 +23,10 @@ from benchmarks.naive_server import NaiveServer
 from benchmarks.results import IN_PROCESS, System
 from benchmarks.settings import Settings
 from benchmarks.triton_side import serving, variant
-from tritonrepo.image import photos, spec
+from reference_data import photos
+from tritonrepo.image import spec
 from tritonrepo.image.preprocess import preprocess_image
-from tritonrepo.launcher import TritonServer, free_port
+from tritonrepo.server.launcher import TritonServer, free_port
 from tritonrepo_client import ClassificationClient
 from tritonrepo_client.connection import TritonConnection
 
@@ -59,11 +60,11 @@ def in_process(files: list[bytes], settings: Settings) -> tuple[list[System], ob
     forward (decoding included), ResNet-50 ``BATCH`` per forward on pre-made pixels.
 
     Returns:
-        The systems and the reference pipeline (``tritonrepo.image.reference``).
+        The systems and the reference pipeline (``reference_data.image_reference``).
     """
     import torch
 
-    from tritonrepo.image.reference import ReferencePipeline, resnet50
+    from reference_data.image_reference import ReferencePipeline, resnet50
 
     pipeline = ReferencePipeline()
     pipeline.top_k(files[:1])  # warm-up

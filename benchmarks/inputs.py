@@ -2,7 +2,7 @@
 
 Every system of one run gets the same inputs, in the same order:
 
-* **Texts**: :func:`tritonrepo.text.corpus.real_texts` (eval split: numpy docstrings and the
+* **Texts**: :func:`reference_data.text_corpus.real_texts` (eval split: numpy docstrings and the
   READMEs of pinned packages, 40 % short queries, 40 % paragraphs, 20 % documents).
 * **Ranking requests**: user ``i`` of the click log's held-out split, with their history and a
   slate of ``CANDIDATES_PER_REQUEST`` held-out candidate items.
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from reference_data import text_corpus as corpus
+from reference_data.click_log import HELDOUT_SPLIT, ClickLog, ClickLogGenerator
 from tritonrepo.ctr import spec as ctr_spec
-from tritonrepo.ctr.click_log import HELDOUT_SPLIT, ClickLog, ClickLogGenerator
-from tritonrepo.text import corpus
 
 CANDIDATES_PER_REQUEST = 32  # a re-ranking slate; ctr_model's largest preferred batch size
 SESSION_EVENTS = 8  # events per session

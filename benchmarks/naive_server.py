@@ -16,7 +16,7 @@ deployment docs). ``NAIVE_SERVER_MODEL`` picks what a worker loads:
   ``NAIVE_SERVER_DEVICE`` (default ``cpu``) is the PyTorch device it runs on, e.g. ``cuda``:
   each worker then holds its own copy of the network and its own CUDA context on that GPU,
   the rows are copied to it per request and the scores back.
-* ``image``: EfficientNet-Lite0 in PyTorch (``tritonrepo.image.reference``), ``POST /classify``
+* ``image``: EfficientNet-Lite0 in PyTorch (``reference_data.image_reference``), ``POST /classify``
   with the raw image file as the body → ``{"classes": [5 ImageNet ids], "scores": [...]}``,
   decoded and preprocessed by the served step's own function.
 
@@ -77,11 +77,11 @@ async def lifespan(_app: FastAPI) -> Iterator[None]:
 
         _state["text"] = SentenceTransformer(str(spec.source_model_dir()), device="cpu")
     elif kind == "image":
-        from tritonrepo.image.reference import efficientnet_lite0
+        from reference_data.image_reference import efficientnet_lite0
 
         _state["image"] = efficientnet_lite0()
     else:
-        from builders import ctr_network
+        from builders.onnx_export import ctr_network
 
         device = os.environ.get(DEVICE_ENV, "cpu")
         model = ctr_network.load(BUILD_DIR / "ctr" / "model.pt")
@@ -119,9 +119,9 @@ async def classify(request: Request) -> dict:
 def _classify(data: bytes) -> dict:
     import torch
 
-    from tritonrepo.errors import InvalidRequest
     from tritonrepo.image.postprocess import top_k
     from tritonrepo.image.preprocess import preprocess_image
+    from tritonrepo.step.errors import InvalidRequest
 
     try:
         pixels = preprocess_image(data)

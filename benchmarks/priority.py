@@ -6,7 +6,7 @@ one server (``text_embedding``, CPU configs), floods it with bulk embedding requ
 real-time single-text requests through the flood, one after another: once at priority 1
 (real-time) and once at priority 2 (as if everything were bulk: the FIFO a server without
 priority levels has). It reports real-time p50/p95 latency in both rounds and their ratio, in
-``build/bench/priority.md`` and ``priority.json``. ``tests/test_priority.py`` runs
+``build/bench/priority.md`` and ``priority.json``. ``tests/server/test_priority.py`` runs
 :func:`flood` on a real server and asserts the ordering only.
 """
 
@@ -160,8 +160,8 @@ def _pct(values: list[float], q: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Run both rounds on a fresh server and write the report; exit 0."""
-    from tritonrepo.launcher import ServerOptions, TritonServer, free_port
-    from tritonrepo.text.corpus import real_texts
+    from reference_data.text_corpus import real_texts
+    from tritonrepo.server.launcher import ServerOptions, TritonServer, free_port
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--protocol", choices=("http", "grpc"), default="grpc")

@@ -49,9 +49,9 @@ import numpy as np
 
 from benchmarks import inputs
 from tritonrepo.ctr import spec as ctr_spec
-from tritonrepo.launcher import ServerOptions, TritonServer, free_port
 from tritonrepo.paths import BUILD_DIR
-from tritonrepo.server_processes import metric_values
+from tritonrepo.server.launcher import ServerOptions, TritonServer, free_port
+from tritonrepo.server.processes import metric_values
 from tritonrepo.text import spec
 from tritonrepo_client import RankingClient, RepositoryClient, SessionClient, TritonConnection
 

@@ -19,8 +19,8 @@ from benchmarks.loadgen import Measurement
 from benchmarks.results import IN_PROCESS, System
 from benchmarks.settings import Settings
 from benchmarks.triton_side import profile, serving, sweep_steps, variant, without_dynamic_batching
-from tritonrepo.launcher import TritonServer, free_port
 from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo.server.launcher import TritonServer, free_port
 from tritonrepo.text import spec
 from tritonrepo.text.pooling import l2_normalize
 from tritonrepo.text.tokenization import TextTokenizer

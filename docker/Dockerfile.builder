@@ -8,7 +8,7 @@
 # or by hand, from the repository root:
 #   docker build -f docker/Dockerfile.builder -t tritonrepo-builder:26.05 .
 #   docker run --gpus all --rm -v "$PWD:/workspace/tritonrepo" tritonrepo-builder:26.05 \
-#       python -m builders.tensorrt_plans [--model NAME ...] [--precision fp16|int8]
+#       python -m builders.tensorrt.plans [--model NAME ...] [--precision fp16|int8]
 ARG TENSORRT_IMAGE=nvcr.io/nvidia/tensorrt:26.05-py3
 FROM ${TENSORRT_IMAGE}
 
@@ -20,7 +20,7 @@ WORKDIR /opt/tritonrepo-builder
 # requirements.txt as constraints with its extras stripped (pip refuses constraints with
 # extras); its environment markers pick the Python 3.12 builds (onnxruntime 1.32.0). TensorRT's
 # own Python bindings come with the image. tritonclient[grpc] and protobuf: the model_config
-# protobuf that builders/plan_config.py checks the plans against. tests/test_containers.py
+# protobuf that builders/tensorrt/plan_config.py checks the plans against. tests/deploy/test_containers.py
 # resolves this step for Python 3.12.
 COPY requirements.txt ./
 RUN sed -E 's/\[[^]]*\]//' requirements.txt \
@@ -31,4 +31,4 @@ RUN sed -E 's/\[[^]]*\]//' requirements.txt \
 
 # The checkout is mounted here; `python -m builders...` imports tritonrepo and builders from it.
 WORKDIR /workspace/tritonrepo
-CMD ["python", "-m", "builders.tensorrt_plans"]
+CMD ["python", "-m", "builders.tensorrt.plans"]

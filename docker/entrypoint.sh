@@ -10,11 +10,11 @@
 # Extra arguments are passed to tritonserver.
 set -euo pipefail
 repo="${TRITONREPO_MODEL_REPOSITORY:-/opt/tritonrepo/model_repository}"
-# The launcher's models (tritonrepo/launcher.py DEFAULT_MODELS): the ones the health check
+# The launcher's models (tritonrepo/server/launcher.py DEFAULT_MODELS): the ones the health check
 # (`tritonrepo-client health`) probes by default.
 models=(text_embedding ctr_ranking ctr_session image_classification)
 header=x-model-repository-key
-# API categories only key holders may call (tritonrepo/repository_key.py RESTRICTED_APIS).
+# API categories only key holders may call (tritonrepo/server/repository_key.py RESTRICTED_APIS).
 restricted=model-repository,shared-memory,logging,trace
 if [[ -n "${TRITONREPO_REPOSITORY_KEY:-}" ]]; then
   key="$TRITONREPO_REPOSITORY_KEY"
@@ -58,10 +58,10 @@ else
   fi
 fi
 # Check the repository for this config set before starting: artifacts, each plan against this
-# GPU and TensorRT, configs against the ONNX graphs, /dev/shm (tritonrepo/preflight.py).
+# GPU and TensorRT, configs against the ONNX graphs, /dev/shm (tritonrepo/server/preflight.py).
 config_name=""
 [[ "${TRITONREPO_CONFIG:-gpu}" == "cpu" ]] && config_name=cpu
-python -m tritonrepo.preflight --repository "$repo" --model-config-name "$config_name" \
+python -m tritonrepo.server.preflight --repository "$repo" --model-config-name "$config_name" \
   "${models[@]/#/--model=}" \
   || { echo "error: the preflight above failed; tritonserver was not started" >&2; exit 1; }
 # A restarted container of the same pod keeps its /dev/shm (Kubernetes mounts a memory emptyDir

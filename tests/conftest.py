@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritonrepo.launcher import ServerOptions, TritonServer, free_port
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
+from tritonrepo.server.launcher import ServerOptions, TritonServer, free_port
 from tritonrepo.text import spec
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

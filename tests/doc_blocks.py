@@ -1,6 +1,6 @@
 """The command blocks of the Markdown docs, as tests: parsing and output comparison.
 
-``tests/test_docs_blocks.py`` runs what this module finds; the conventions are those of
+``tests/server/test_docs_blocks.py`` runs what this module finds; the conventions are those of
 ``docs/contributing/doc_blocks.md``:
 
 - fenced blocks tagged ``bash`` (or ``sh``, ``shell``), ``console`` or ``python`` run; every

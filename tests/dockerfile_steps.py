@@ -2,7 +2,7 @@
 ``pip install`` steps, the files COPY puts in the image, and running a step as a
 ``pip install --dry-run`` for the image's Python (CPython 3.12, manylinux x86_64).
 
-Used by tests/test_containers.py; tested there too.
+Used by tests/deploy/test_containers.py; tested there too.
 """
 
 from __future__ import annotations

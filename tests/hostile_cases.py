@@ -1,12 +1,12 @@
 """A catalogue of hostile requests, as data: what each sends, where it comes from (a Triton
 fix, a QA test), and what it does to the embedded Triton 2.51 server direct and behind the HTTP
-guard (``tritonrepo.http_guard``).
+guard (``tritonrepo.server.http_guard``).
 
 Each :class:`~tests.hostile_requests.Case` sends one request with ``case.send(host, port)`` (the
 HTTP port, or the gRPC port for ``protocol == "grpc"``) and states two outcomes: ``direct`` on
 2.51 as it ships, and ``guarded`` behind the guard (None for gRPC: the guard is HTTP only).
-``tests/test_hostile.py`` runs every case on a throwaway server and asserts the stated outcome;
-its report (``build/hostile/report.md``) lists them all.
+``tests/server/test_hostile.py`` runs every case on a throwaway server and asserts the stated
+outcome; its report (``build/hostile/report.md``) lists them all.
 
 ``fixed_in`` is the first Triton release that holds the fix: ``git tag --contains`` on
 triton-inference-server/server, or a backport seen in the tag's source (2.59.1 holds the

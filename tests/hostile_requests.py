@@ -13,7 +13,7 @@ import numpy as np
 
 from tests import hostile_transport as t
 from tests.hostile_transport import Reply
-from tritonrepo_client.health import probe_png
+from tritonrepo_client.control.health import probe_png
 
 SERVED, REFUSED, DIES = "served", "refused", "dies"
 STUB_DIES = "stub dies"  # the server lives, a Python step's stub process dies

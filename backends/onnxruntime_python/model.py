@@ -8,12 +8,12 @@ Select it with ``backend: "onnxruntime_python"`` in a model config (see
 * ``allow_spinning``: ``"0"`` makes idle ONNX Runtime threads sleep instead of spin (default
   ``"1"``, ONNX Runtime's own default);
 * ``sequence_mask_input``: the attention-mask input of a padded-sequence encoder; turns on
-  sequence packing (``tritonrepo.onnx_runner``), with ``packing_max_tokens`` (default 2048)
+  sequence packing (``tritonrepo.runners.onnx_runner``), with ``packing_max_tokens`` (default 2048)
   and ``packing_max_padding`` (default 0.1).
 """
 
-from tritonrepo.onnx_runner import OnnxRunner
-from tritonrepo.triton_step import PythonStep
+from tritonrepo.runners.onnx_runner import OnnxRunner
+from tritonrepo.step.python_step import PythonStep
 
 
 class TritonPythonModel(PythonStep):

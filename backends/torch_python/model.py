@@ -4,25 +4,31 @@
 Select it with ``backend: "torch_python"`` in a model config (the ``torch_gpu`` config set, e.g.
 ``model_repository/text_embedding_encoder/configs/torch_gpu.pbtxt``); build the program on the
 serving host with ``make artifacts-gpu``. Inputs and outputs are the config's, matched by name,
-and travel through DLPack (:class:`tritonrepo.triton_step.PythonStep`). Config parameters:
+and travel through DLPack (:class:`tritonrepo.step.python_step.PythonStep`). Config parameters:
 
 * ``sequence_axis_inputs``: comma-separated inputs whose axis 1 is a padded sequence; requests
-  of different lengths are padded to the longest (:class:`tritonrepo.torch_runner.TorchRunner`);
+  of different lengths are padded to the longest
+  (:class:`tritonrepo.runners.torch_runner.TorchRunner`);
 * ``sequence_axis_outputs``: outputs whose axis 1 is that sequence, cut back per request;
 * ``output_device``: ``cpu`` copies the batch's outputs to the host once (default: the
   instance's device);
 * ``cuda_graph_rows`` and ``cuda_graph_positions``: comma-separated bucket sizes of the batch
   and sequence axes; when set on a GPU instance, CUDA graphs are captured over that grid at load
-  (:mod:`tritonrepo.cuda_graphs`). A capture that fails leaves the model eager, with a warning
-  in the server log.
+  (:mod:`tritonrepo.runners.cuda_graphs`). A capture that fails leaves the model eager, with a
+  warning in the server log.
 
 The program's largest batch comes from its build metadata (``torch_metadata.json``), which is
 also checked against this host's PyTorch version before anything loads.
 """
 
-from tritonrepo.cuda_graphs import grid_from_parameters
-from tritonrepo.torch_runner import TorchRunner, check_program_metadata, graph_examples, torch_dtype
-from tritonrepo.triton_step import PythonStep
+from tritonrepo.runners.cuda_graphs import grid_from_parameters
+from tritonrepo.runners.torch_runner import (
+    TorchRunner,
+    check_program_metadata,
+    graph_examples,
+    torch_dtype,
+)
+from tritonrepo.step.python_step import PythonStep
 
 
 def _names(text: str) -> list[str]:

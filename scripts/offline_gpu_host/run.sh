@@ -22,7 +22,7 @@ artifacts() {
     [[ -f $metadata ]] || continue
     cp "$metadata" "$out/$(basename "$(dirname "$(dirname "$metadata")")").torch_metadata.json"
   done
-  timeout 120 python -m tritonrepo.preflight --model-config-name torch_gpu 2>&1 \
+  timeout 120 python -m tritonrepo.server.preflight --model-config-name torch_gpu 2>&1 \
     | tee "$out/preflight.log"
 }
 gpu_tests() {

@@ -43,7 +43,7 @@ if [[ -f $server/server.tar.xz && ! -f $dest/server.done ]]; then
   # would hide the host PyTorch's own nvidia.* packages.
   python -m pip install --quiet --no-index --no-deps --target "$dest/cudart" \
     "$server"/nvidia_cuda_runtime_cu12-*.whl
-  # A venv for the Python backend stubs (TRITONREPO_STUB_PYTHON, tritonrepo.launcher.stub_python)
+  # A venv for the Python backend stubs (TRITONREPO_STUB_PYTHON, tritonrepo.server.launcher.stub_python)
   # whose own numpy is 1.26 (the 2.51 stub reads tensors wrong with numpy 2: seen, FP32
   # [0.5, 1.5, 2.5, 3.5] arrived as four 0.5s, and BYTES inputs crash it) and which sees the
   # host's PyTorch stack after that (.pth). Tests, builders and benchmarks keep the host's

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tritonrepo.ctr import spec
-from tritonrepo.errors import InvalidRequest, OverLimit
+from tritonrepo.step.errors import InvalidRequest, OverLimit
 
 
 def to_vocabulary(item_ids: np.ndarray) -> np.ndarray:
@@ -68,7 +68,7 @@ def check_candidates(candidates: np.ndarray, name: str = "CANDIDATES") -> np.nda
         INT64 ``[n]``.
 
     Raises:
-        InvalidRequest: no candidate; :class:`~tritonrepo.errors.OverLimit` (a subclass): more
+        InvalidRequest: no candidate; :class:`~tritonrepo.step.errors.OverLimit` (a subclass): more
             than ``spec.MAX_CANDIDATES`` (512).
     """
     flat = np.asarray(candidates, dtype=np.int64).reshape(-1)

@@ -23,7 +23,7 @@ import numpy as np
 
 from tritonrepo.ctr import spec
 from tritonrepo.ctr.features import to_vocabulary
-from tritonrepo.errors import InvalidRequest
+from tritonrepo.step.errors import InvalidRequest
 
 
 class UnknownSession(InvalidRequest):

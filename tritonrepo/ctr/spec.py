@@ -1,10 +1,10 @@
 """Facts about the CTR model that configs, builders, steps, clients and tests share.
 
-The model (issue 3, ``builders/ctr_network.py``): ``Embedding(VOCAB_SIZE, D_MODEL)`` plus a
-learned position embedding → ``NUM_LAYERS`` ``TransformerEncoderLayer`` (d_model 128, 8 heads,
-batch_first, pre-norm) → mean over the sequence → ``Linear(128, 1)`` → sigmoid.
-One input row is ``SEQ_LENGTH`` item ids: the user's last ``HISTORY_LENGTH`` items, left-padded
-with ``PAD_ID``, then the candidate item as the last token.
+The model (issue 3, ``builders/onnx_export/ctr_network.py``): ``Embedding(VOCAB_SIZE, D_MODEL)``
+plus a learned position embedding → ``NUM_LAYERS`` ``TransformerEncoderLayer`` (d_model 128, 8
+heads, batch_first, pre-norm) → mean over the sequence → ``Linear(128, 1)`` → sigmoid. One input row
+is ``SEQ_LENGTH`` item ids: the user's last ``HISTORY_LENGTH`` items, left-padded with ``PAD_ID``,
+then the candidate item as the last token.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ VOCAB_SIZE = 10_000
 D_MODEL = 128
 NUM_HEADS = 8
 NUM_LAYERS = 4
-FEEDFORWARD = 4 * D_MODEL  # see builders/ctr_network.py for this and the other choices
+FEEDFORWARD = 4 * D_MODEL  # see builders/onnx_export/ctr_network.py for this and the other choices
 SEQ_LENGTH = 64
 HISTORY_LENGTH = SEQ_LENGTH - 1  # 63 history items + the candidate
 

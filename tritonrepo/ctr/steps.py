@@ -18,8 +18,8 @@ from tritonrepo.ctr.features import (
 )
 from tritonrepo.ctr.ranking import top_k
 from tritonrepo.ctr.sessions import SessionStore
-from tritonrepo.errors import InvalidRequest
-from tritonrepo.triton_step import Outputs, PythonStep
+from tritonrepo.step.errors import InvalidRequest
+from tritonrepo.step.python_step import Outputs, PythonStep
 
 
 class PreprocessStep(PythonStep):

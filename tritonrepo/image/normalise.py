@@ -1,4 +1,5 @@
-"""Pixel normalisation, without Pillow: the TensorRT builder image (``builders/image_plan_data.py``)
+"""Pixel normalisation, without Pillow: the TensorRT builder image
+(``builders/tensorrt/image_plan_data.py``)
 normalises stored crops with the function the served step uses."""
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tritonrepo.errors import InvalidRequest
 from tritonrepo.image import spec
+from tritonrepo.step.errors import InvalidRequest
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

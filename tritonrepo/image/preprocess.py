@@ -24,10 +24,10 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image, ImageOps
 
-from tritonrepo.errors import InvalidRequest, OverLimit
 from tritonrepo.image import spec
 from tritonrepo.image.normalise import normalise
 from tritonrepo.image.spec import Preprocessing
+from tritonrepo.step.errors import InvalidRequest, OverLimit
 
 # Pillow's decompression-bomb guard agrees with ours (it warns above the value and raises above
 # twice it; both become a per-image error here). Set on import, i.e. in every process that

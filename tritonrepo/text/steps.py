@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tritonrepo.errors import InvalidRequest
+from tritonrepo.step.errors import InvalidRequest
+from tritonrepo.step.python_step import Outputs, PythonStep
 from tritonrepo.text import spec
 from tritonrepo.text.pooling import l2_normalize
 from tritonrepo.text.tokenization import TextTokenizer, decode_texts
-from tritonrepo.triton_step import Outputs, PythonStep
 
 
 class TokenizeStep(PythonStep):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from tritonrepo.errors import InvalidRequest, OverLimit
+from tritonrepo.step.errors import InvalidRequest, OverLimit
 from tritonrepo.text import spec
 
 

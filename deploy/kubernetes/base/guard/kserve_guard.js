@@ -7,7 +7,7 @@
 // frontend phrases its errors) or hands it, body unchanged, to the location @triton.
 // What each check covers (the Triton fix, the release that has it): docs/operations/http_guard.md.
 //
-// Settings, rendered into the config as js_var (tritonrepo/http_guard_config.py):
+// Settings, rendered into the config as js_var (tritonrepo/server/http_guard_config.py):
 //   $guard_max_depth         deepest JSON nesting accepted (objects and arrays), levels
 //   $guard_max_tensor_bytes  largest input tensor (elements x datatype size), bytes
 //   $guard_max_json_bytes    largest JSON text parsed (a JSON body, or the JSON header of a

@@ -1,0 +1,1 @@
+"""Accuracy gates shared by the builders, and the INT8 study."""

@@ -1,0 +1,7 @@
+"""The ``tritonrepo-client`` command line: data-plane commands (main), control (control), key
+handling (serving).
+"""
+
+from tritonrepo_client.cli.main import main
+
+__all__ = ["main"]

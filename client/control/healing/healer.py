@@ -1,0 +1,488 @@
+"""Self-healing: find the steps that cannot serve, reload only those, prove they serve again.
+
+Triton 2.51 does not restart a Python-backend stub process that died (SIGKILL, the OOM
+killer): every request that reaches it fails with ``Stub process '<model>_<group>_<index>' is
+not healthy`` while ``/v2/models/<model>/ready`` still says READY, and a plain ``load`` of the
+same model changes nothing. A load with the model's *current* config plus one changed parameter
+(``tritonrepo_restart``) through the load API's config override brings up fresh stubs and swaps
+them in without failing a request of the ensemble.
+
+:class:`Healer` runs a real probe inference on each served model (the probes of
+:mod:`tritonrepo_client.control.health`), maps a failure to the step(s) to restore, reloads only
+those (never unloads), probes again and reports the time to recovery. Failures that are not a dead
+step (a model that is not loaded, a wrong answer) are reported and never reloaded, and a step whose
+reload fails is retried with exponential backoff, then given up on.
+
+Every call a pass makes has a deadline (``call_timeout_s`` for the index and configs, the probe
+connection's timeout for probes, ``reload_timeout_s`` for a reload), and a call that misses it
+is tried once more: Triton 2.51 serves an HTTP load on the frontend thread of its connection, so
+a load that never returns (a model stuck LOADING, e.g. a Python model without ``model.py``)
+blocks that thread, and the keep-alive connections it serves, the healer's among them, get no
+answer to anything. The timed-out connection is dropped; the retry opens a new one, which
+another thread serves. A reload that misses its deadline is abandoned, reported as failed, and
+never sent again automatically (a second load would wait behind it); the pass goes on with the
+other steps.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from tritonrepo_client.connection import ClientError, ServerUnreachable, TritonConnection
+from tritonrepo_client.control.health import PROBES, is_overload
+from tritonrepo_client.control.repository import RepositoryClient
+from tritonrepo_client.errors import DeadlineExceeded
+from tritonrepo_client.models import DEFAULT_MODELS
+
+# The parameter whose new value makes Triton treat a reload as a config change.
+RESTART_PARAMETER = "tritonrepo_restart"
+# Restore rounds per pass: a re-probe may reveal a second dead step behind the first.
+MAX_ROUNDS = 3
+_DEAD_STUB = re.compile(r"Stub process '([^']+)' is not healthy")
+# Backends whose instances run in Python-backend stub processes: the Python backend and this
+# repository's Python-based backends (backends/onnxruntime_python, backends/torch_python).
+_STUB_BACKEND = re.compile(r"^python$|_python$")
+
+
+def instance_model(instance: str) -> str:
+    """The model of a Triton instance name ``<model>_<group>_<index>``, e.g.
+    ``text_embedding_tokenize_0_0`` -> ``text_embedding_tokenize``."""
+    return re.sub(r"_\d+_\d+$", "", instance)
+
+
+T = TypeVar("T")
+
+
+def twice_on_deadline(fn: Callable[[], T]) -> T:
+    """``fn()``, tried once more when it misses its deadline (:class:`DeadlineExceeded`): the
+    HTTP client drops a connection whose call timed out, and the retry's new connection is
+    served by another of Triton's frontend threads (see the module docstring).
+
+    Raises:
+        DeadlineExceeded: the second try missed its deadline too.
+        ClientError: what ``fn`` raised otherwise.
+    """
+    try:
+        return fn()
+    except DeadlineExceeded:
+        return fn()
+
+
+def dead_stub_models(error: str) -> list[str]:
+    """Models whose stubs an error names as not healthy, in order, without repeats."""
+    return list(dict.fromkeys(instance_model(m) for m in _DEAD_STUB.findall(error)))
+
+
+def runs_in_stubs(config: dict[str, Any]) -> bool:
+    """Whether a model (its config, ModelConfig JSON) runs in Python-backend stub processes."""
+    return bool(_STUB_BACKEND.search(config.get("backend") or ""))
+
+
+def probe(conn: TritonConnection, model: str, rounds: int = 2) -> str | None:
+    """Model readiness, then the model's probe inference (``health.PROBES``) ``rounds`` times
+    (a model with several instances may answer the first from a healthy one).
+
+    Returns:
+        None when the model serves (a probe Triton refused for overload counts: the model is
+        busy, not broken), else the error (one line).
+
+    Each call is bounded by ``conn``'s timeout and tried once more when it misses it
+    (:func:`twice_on_deadline`).
+
+    Raises:
+        ServerUnreachable: the server does not answer.
+    """
+    try:
+        if not twice_on_deadline(lambda: conn.model_ready(model)):
+            return f"model '{model}' is not READY"
+        check = PROBES.get(model)
+        for _ in range(rounds if check else 0):
+            twice_on_deadline(lambda: check(conn, model))
+    except ServerUnreachable:
+        raise
+    except ClientError as exc:
+        if is_overload(str(exc)):
+            return None  # busy, not broken: Triton refused the probe for its queue limits
+        return str(exc)
+    return None
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What the healer did about one step (a model it reloads or would reload).
+
+    Attributes:
+        step: the model to restore.
+        served: the served models whose probes failed because of it.
+        cause: the probe error that named it (one line).
+        outcome: ``"restored"``, ``"failed"`` (reload or re-probe failed; retried later),
+            ``"backing off"`` (waiting for the next attempt) or ``"gave up"``.
+        attempt: reload attempts for this step so far (this one included).
+        recovery_s: seconds from detection (the failed probe) to a passing probe; None unless
+            restored.
+        reload_s: seconds the reload took; None when none was made.
+        detail: the reload or re-probe error, or when the next attempt is due.
+    """
+
+    step: str
+    served: tuple[str, ...]
+    cause: str
+    outcome: str
+    attempt: int
+    recovery_s: float | None = None
+    reload_s: float | None = None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the step serves again."""
+        return self.outcome == "restored"
+
+    def line(self) -> str:
+        """One log line, e.g. ``restored text_embedding_tokenize (for text_embedding) in 2.1 s
+        (reload 1.5 s): Stub process 'text_embedding_tokenize_0_0' is not healthy.``"""
+        served = ", ".join(self.served)
+        if self.ok:
+            return (
+                f"restored {self.step} (for {served}) in {self.recovery_s:.1f} s "
+                f"(reload {self.reload_s:.1f} s, attempt {self.attempt}): {self.cause}"
+            )
+        return f"{self.outcome} {self.step} (for {served}, attempt {self.attempt}): {self.detail}"
+
+
+@dataclass
+class HealReport:
+    """One pass of :meth:`Healer.heal_once`.
+
+    Attributes:
+        probed: the served models probed.
+        detected: served model -> probe error at the start of the pass (empty when all serve).
+        steps: one :class:`StepReport` per step the pass restored or would have.
+        unhealable: served model -> error of failures that are not a dead step (not reloaded).
+        failing: served model -> error after the pass; empty means every served model serves.
+    """
+
+    probed: tuple[str, ...] = ()
+    detected: dict[str, str] = field(default_factory=dict)
+    steps: list[StepReport] = field(default_factory=list)
+    unhealable: dict[str, str] = field(default_factory=dict)
+    failing: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        """Whether every served model serves after the pass."""
+        return not self.failing
+
+    def lines(self) -> list[str]:
+        """Log lines: one per step, one per model that is not healable."""
+        out = [s.line() for s in self.steps]
+        out += [f"cannot heal {m} (not a dead step): {e}" for m, e in self.unhealable.items()]
+        return out
+
+
+@dataclass
+class _Attempts:
+    """Reload attempts of one step since it last served; ``next_at`` is time.monotonic() s."""
+
+    count: int = 0
+    next_at: float = 0.0
+
+
+class Healer:
+    """Probe the served models, reload the steps that cannot serve, report.
+
+    Args:
+        repo: model-repository client (it sends the repository key the loads need).
+        models: served models to probe (default text_embedding, ctr_ranking, ctr_session).
+        conn: connection for probes (default ``repo.connection``); give one with a short
+            timeout so a hung server does not stall a pass for the repository's deadline.
+        probe_rounds: probe inferences per served model per check (>= 1).
+        max_attempts: reloads of one step before giving up on it, until it serves again.
+        backoff_s: seconds before the second attempt; doubled after each failed one.
+        max_backoff_s: cap of the wait between attempts, seconds.
+        dead_instances: optional second signal, for a healer that runs beside the server: a
+            callable returning the names of stub instances known to have died (the launcher's
+            supervisor watches the stub processes). A probe only finds a dead instance of a
+            model with several when it lands on it, and under load client requests keep that
+            instance busy (each fails after ~1 s), so probes alone can take many seconds.
+        call_timeout_s: deadline of each repository index and config read, seconds (tried
+            once more when missed: :func:`twice_on_deadline`), whatever ``repo``'s own is.
+        reload_timeout_s: deadline of one reload, seconds; a reload that misses it is
+            abandoned and reported as failed, then as given up: it is not sent again by this
+            healer (a second load of the model would wait behind the first).
+    """
+
+    def __init__(
+        self,
+        repo: RepositoryClient,
+        models: Sequence[str] = DEFAULT_MODELS,
+        conn: TritonConnection | None = None,
+        probe_rounds: int = 2,
+        max_attempts: int = 3,
+        backoff_s: float = 5.0,
+        max_backoff_s: float = 300.0,
+        dead_instances: Callable[[], Iterable[str]] | None = None,
+        call_timeout_s: float = 10.0,
+        reload_timeout_s: float = 120.0,
+    ) -> None:
+        self.repo = repo
+        self.models = tuple(models)
+        self._conn = conn
+        self.probe_rounds = max(1, probe_rounds)
+        self.max_attempts = max(1, max_attempts)
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.dead_instances = dead_instances
+        self.call_timeout_s = call_timeout_s
+        self.reload_timeout_s = reload_timeout_s
+        self._attempts: dict[str, _Attempts] = {}
+        self._pass_loaded: set[str] | None = None  # the index's READY models, this pass
+
+    @property
+    def conn(self) -> TritonConnection:
+        """The probes' connection: the one given, else the repository client's current one."""
+        return self._conn or self.repo.connection
+
+    def probe_all(self, models: Iterable[str] | None = None) -> dict[str, str]:
+        """Served model -> error, for each of ``models`` (default all) that cannot serve."""
+        errors = {m: probe(self.conn, m, self.probe_rounds) for m in models or self.models}
+        return {m: e for m, e in errors.items() if e is not None}
+
+    def steps_to_restore(self, model: str, error: str) -> list[str]:
+        """The loaded models to reload for ``model``'s probe ``error``: those whose stub it
+        names as not healthy (an ensemble step, or ctr_model inside ctr_session's BLS call),
+        else ``model`` itself when it runs in stubs and the error blames a stub. [] when the
+        failure is not a dead step (not loaded, bad input, wrong output)."""
+        loaded = self._loaded()
+        named = [m for m in dead_stub_models(error) if m in loaded]
+        if named:
+            return named
+        if "stub" in error.lower() and model in loaded and runs_in_stubs(self._config(model)):
+            return [model]
+        return []
+
+    def heal_once(self) -> HealReport:
+        """One pass: probe every served model, reload the steps that are due, probe again; a
+        re-probe that names another dead step (two killed at once) gets another round, up to
+        ``MAX_ROUNDS``.
+
+        Returns:
+            The pass's :class:`HealReport`.
+
+        Raises:
+            ServerUnreachable: the server does not answer.
+        """
+        detected_at = time.monotonic()
+        self._pass_loaded = None
+        report = HealReport(self.models, self.probe_all())
+        report.failing = dict(report.detected)
+        handled: set[str] = set()
+        for round_ in range(MAX_ROUNDS):
+            plan = self._plan(report, handled)
+            if round_ == 0:
+                self._plan_dead_instances(plan)
+            if not plan:
+                break
+            handled |= set(plan)
+            steps = [self._restore(step, *plan[step]) for step in plan]
+            self._pass_loaded = None  # the reloads changed the index
+            retried = {m for s in steps if s.reload_s is not None for m in s.served}
+            after = self.probe_all(retried) if retried else {}
+            for model in retried:
+                report.failing.pop(model, None)
+            report.failing.update(after)
+            report.steps += [self._settle(s, after, detected_at) for s in steps]
+        for step in set(self._attempts) - handled:
+            del self._attempts[step]  # it serves (or is no longer blamed): counting restarts
+        return report
+
+    def watch(
+        self,
+        interval_s: float,
+        stop: threading.Event,
+        on_report: Callable[[HealReport], None],
+        on_error: Callable[[ClientError], None] | None = None,
+    ) -> None:
+        """Run :meth:`heal_once` every ``interval_s`` seconds until ``stop`` is set.
+
+        ``on_report`` gets every pass's report; ``on_error`` (default: ignore) a failure of a
+        whole pass, e.g. the server not answering. Never raises ClientError.
+        """
+        while not stop.is_set():
+            try:
+                on_report(self.heal_once())
+            except ClientError as exc:
+                if on_error is not None:
+                    on_error(exc)
+            stop.wait(interval_s)
+
+    def loaded_models(self) -> set[str]:
+        """Models with a READY version (the repository index), the steps it may reload; read
+        within ``call_timeout_s`` (tried twice).
+
+        Raises:
+            ClientError: the repository index cannot be read.
+        """
+        rows = twice_on_deadline(lambda: self.repo.index(self.call_timeout_s))
+        return {r.name for r in rows if r.state == "READY"}
+
+    def _loaded(self) -> set[str]:
+        """:meth:`loaded_models`, read once per pass (and again after its reloads)."""
+        if self._pass_loaded is None:
+            self._pass_loaded = self.loaded_models()
+        return self._pass_loaded
+
+    def _config(self, model: str) -> dict[str, Any]:
+        """The loaded ``model``'s config, read within ``call_timeout_s`` (tried twice).
+
+        Raises:
+            ClientError: not loaded, or no answer.
+        """
+        return twice_on_deadline(lambda: self.repo.config(model, self.call_timeout_s))
+
+    def _plan(
+        self, report: HealReport, handled: set[str]
+    ) -> dict[str, tuple[tuple[str, ...], str]]:
+        """step -> (served models it fails, first cause), for the models ``report.failing``
+        lists, leaving out steps ``handled`` this pass; failures that are not a dead step go to
+        ``report.unhealable``."""
+        plan: dict[str, tuple[tuple[str, ...], str]] = {}
+        for model, error in report.failing.items():
+            steps = self.steps_to_restore(model, error)
+            if not steps:
+                report.unhealable[model] = error
+            for step in (s for s in steps if s not in handled):
+                served, cause = plan.get(step, ((), error))
+                plan[step] = ((*served, model), cause)
+        return plan
+
+    def _plan_dead_instances(self, plan: dict[str, tuple[tuple[str, ...], str]]) -> None:
+        """Add the loaded models of ``dead_instances()`` to ``plan``, for the served models that
+        use them (an ensemble's steps; all served models for one called through BLS)."""
+        dead = list(self.dead_instances()) if self.dead_instances else []
+        loaded = self._loaded() if dead else set()
+        for instance in dead:
+            step = instance_model(instance)
+            if step in loaded and step not in plan:
+                cause = f"the stub process of {instance} is gone"
+                plan[step] = (self._served_by(step), cause)
+
+    def _served_by(self, step: str) -> tuple[str, ...]:
+        """Served models that are ``step`` or name it as an ensemble step; all of them when
+        none does (a model called through BLS)."""
+        users = []
+        for model in self.models:
+            try:
+                config = self._config(model)
+            except ServerUnreachable:
+                raise
+            except ClientError:
+                continue  # not loaded (or not answering): it cannot be one to probe again
+            steps = config.get("ensemble_scheduling", {}).get("step", [])
+            if model == step or any(s.get("model_name") == step for s in steps):
+                users.append(model)
+        return tuple(users) or self.models
+
+    def _restore(self, step: str, served: tuple[str, ...], cause: str) -> StepReport:
+        """Reload ``step`` when an attempt is due; the outcome is settled after the re-probe."""
+        attempts = self._attempts.setdefault(step, _Attempts())
+        now = time.monotonic()
+        if attempts.count >= self.max_attempts:
+            detail = f"gave up after {attempts.count} reloads; fix it and load it by hand"
+            return StepReport(step, served, cause, "gave up", attempts.count, detail=detail)
+        if now < attempts.next_at:
+            detail = f"next reload in {attempts.next_at - now:.0f} s; {cause}"
+            return StepReport(step, served, cause, "backing off", attempts.count, detail=detail)
+        abandoned = self.repo.abandoned_s(step)
+        if abandoned is not None:
+            detail = (
+                f"its reload did not return within {self.reload_timeout_s:.0f} s "
+                f"({abandoned:.0f} s ago) and Triton cannot cancel it; not sending another "
+                "behind it: load it by hand once it is fixed, or restart the server"
+            )
+            return StepReport(step, served, cause, "gave up", attempts.count, detail=detail)
+        attempts.count += 1
+        start = time.monotonic()
+        try:
+            self.reload(step)
+        except ClientError as exc:
+            self._fail(step)
+            return StepReport(step, served, cause, "failed", attempts.count, detail=str(exc))
+        reload_s = time.monotonic() - start
+        return StepReport(step, served, cause, "pending", attempts.count, reload_s=reload_s)
+
+    def _settle(self, step: StepReport, after: dict[str, str], detected_at: float) -> StepReport:
+        """Turn a reloaded step's "pending" into "restored" (no re-probe error blames it) or
+        "failed"."""
+        if step.outcome != "pending":
+            return step
+        errors = [after[m] for m in step.served if m in after and _blames(step.step, m, after[m])]
+        if not errors:
+            del self._attempts[step.step]
+            recovery_s = time.monotonic() - detected_at
+            return replace(step, outcome="restored", recovery_s=recovery_s)
+        self._fail(step.step)
+        return replace(
+            step, outcome="failed", detail=f"still failing after the reload: {errors[0]}"
+        )
+
+    def reload(self, step: str) -> None:
+        """Reload ``step`` with its current config and a new ``tritonrepo_restart`` parameter
+        (fresh instances, swapped in by Triton; the override stays until an unload).
+
+        Raises:
+            ControlTimeout: the load did not return within ``reload_timeout_s`` (abandoned).
+            ClientError: Triton refused or the load failed.
+        """
+        config = self._config(step)
+        parameters = config.setdefault("parameters", {})
+        parameters[RESTART_PARAMETER] = {"string_value": str(time.time_ns())}
+        self.repo.load(step, config, timeout_s=self.reload_timeout_s)
+
+    def _fail(self, step: str) -> None:
+        """Count a failed attempt: the next one waits backoff_s * 2**(failures - 1) seconds."""
+        attempts = self._attempts[step]
+        wait = min(self.backoff_s * 2 ** (attempts.count - 1), self.max_backoff_s)
+        attempts.next_at = time.monotonic() + wait
+
+
+def _blames(step: str, model: str, error: str) -> bool:
+    """Whether ``model``'s probe ``error`` still points at ``step``: it names ``step``'s stub,
+    or names no dead stub at all (the step's reload may have broken the model)."""
+    named = dead_stub_models(error)
+    return step in named or not named
+
+
+class ChangeLog:
+    """Log lines of successive :class:`HealReport` s without repeats: every reload's outcome,
+    but a step given up on, or a failure that is not a dead step, only when first seen."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def lines(self, report: HealReport) -> list[str]:
+        """The lines of ``report`` worth logging now."""
+        quiet = {s.line() for s in report.steps if s.outcome in ("gave up", "backing off")}
+        quiet |= {ln for ln in report.lines() if ln.startswith("cannot heal ")}
+        out = [ln for ln in report.lines() if ln not in quiet or ln not in self._seen]
+        out = [ln for ln in out if not ln.startswith("backing off ")]
+        self._seen = quiet if report.failing else set()
+        return out
+
+
+__all__ = [
+    "RESTART_PARAMETER",
+    "ChangeLog",
+    "HealReport",
+    "Healer",
+    "StepReport",
+    "dead_stub_models",
+    "instance_model",
+    "probe",
+    "runs_in_stubs",
+]

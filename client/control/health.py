@@ -1,0 +1,326 @@
+"""Liveness and readiness checks that mean something: a real inference on each served model.
+
+Liveness is the server answering (``GET /v2/health/live``). Readiness is "can serve": each
+model this deployment serves is READY and answers a probe inference whose output is checked:
+the built-in probe of a shipped ensemble, or the probe a model declares in its config
+(:mod:`tritonrepo_client.control.probe_declaration`); a model with neither is reported "ready, not
+probed", never "answering". With a repository client, models that are not served but stuck
+LOADING or failed to load are reported as warnings.
+Triton's own server readiness (``GET /v2/health/ready``) is not used: with
+``--strict-readiness=true`` (Triton's default, the container's) any unrelated model that fails
+to load turns it false, and a model can be READY while it cannot serve (a stub that died).
+Used by ``tritonrepo-client health`` (exit status for container health checks), by the
+launcher before it reports "ready", and by :mod:`tritonrepo_client.control.healing.healer`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tritonrepo_client.connection import ClientError, TritonConnection
+from tritonrepo_client.control.health_index import index_states, read_index, repository_findings
+from tritonrepo_client.control.probe_declaration import PROBE_PARAMETER, declared_probe
+from tritonrepo_client.models import DEFAULT_MODELS
+
+if TYPE_CHECKING:
+    from tritonrepo_client.control.repository import ModelVersionState, RepositoryClient
+
+# Seconds a health check waits for the repository index (Triton holds it during a load).
+INDEX_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's outcome; ``detail`` says what was seen. ``warning``: a finding that does
+    not fail the verdict (``ok`` stays True), e.g. a model that is not served stuck LOADING."""
+
+    name: str
+    ok: bool
+    detail: str
+    warning: bool = False
+
+
+def probe_text_embedding(conn: TritonConnection, model: str) -> str:
+    """Embed one sentence; the output must be FP32 ``[1, 384]``, finite, of unit L2 norm.
+
+    Raises:
+        ClientError: the inference failed or its output is wrong.
+    """
+    out = conn.infer(model, {"TEXT": np.array([[b"health check"]], dtype=object)}, ["EMBEDDING"])
+    emb = out["EMBEDDING"]
+    if emb is None or emb.shape != (1, 384) or emb.dtype != np.float32:
+        shape = None if emb is None else emb.shape
+        raise ClientError(f"EMBEDDING has shape {shape}, expected (1, 384) FP32")
+    norm = float(np.linalg.norm(emb))
+    if not np.isfinite(emb).all() or abs(norm - 1.0) > 1e-3:
+        raise ClientError(f"EMBEDDING is not a unit vector (norm {norm:.4f})")
+    return f"1x384 embedding, norm {norm:.4f}"
+
+
+def _check_ranking(ids: np.ndarray, scores: np.ndarray, candidates: list[int], k: int) -> str:
+    if ids is None or scores is None or ids.shape != (k,) or scores.shape != (k,):
+        raise ClientError(f"expected {k} ranked items, got ITEM_IDS {getattr(ids, 'shape', None)}")
+    if not set(ids.tolist()) <= set(candidates):
+        raise ClientError(f"ITEM_IDS {ids.tolist()} are not among the candidates {candidates}")
+    if not (np.isfinite(scores).all() and (scores > 0).all() and (scores < 1).all()):
+        raise ClientError(f"SCORES {scores.tolist()} are not probabilities")
+    if (np.diff(scores) > 0).any():
+        raise ClientError(f"SCORES {scores.tolist()} are not in descending order")
+    return f"{k} candidates ranked, top CTR {float(scores[0]):.4f}"
+
+
+PROBE_CANDIDATES = [11, 222, 3333]
+
+
+def probe_ctr_ranking(conn: TritonConnection, model: str) -> str:
+    """Rank 3 candidates with TOP_K 2; 2 of them must come back, CTRs in (0, 1), descending.
+
+    Raises:
+        ClientError: the inference failed or its output is wrong.
+    """
+    out = conn.infer(
+        model,
+        {
+            "HISTORY": np.array([5, 50, 500], dtype=np.int64),
+            "CANDIDATES": np.array(PROBE_CANDIDATES, dtype=np.int64),
+            "TOP_K": np.array([2], dtype=np.int32),
+        },
+        ["ITEM_IDS", "SCORES"],
+    )
+    return _check_ranking(out["ITEM_IDS"], out["SCORES"], PROBE_CANDIDATES, 2)
+
+
+def probe_ctr_session(conn: TritonConnection, model: str) -> str:
+    """A one-event session (START and END in one request, a random string correlation ID):
+    all 3 candidates ranked, CTRs in (0, 1), descending; the session leaves no state behind.
+
+    Raises:
+        ClientError: the inference failed or its output is wrong.
+    """
+    out = conn.infer(
+        model,
+        {"ITEM_ID": np.array([5], dtype=np.int64), "CANDIDATES": np.array(PROBE_CANDIDATES)},
+        ["ITEM_IDS", "SCORES"],
+        sequence_id=f"health-{secrets.token_hex(8)}",
+        sequence_start=True,
+        sequence_end=True,
+    )
+    return _check_ranking(out["ITEM_IDS"], out["SCORES"], PROBE_CANDIDATES, 3)
+
+
+def probe_png(width: int = 32, height: int = 32) -> bytes:
+    """A valid 8-bit RGB PNG of a horizontal gradient, made with the standard library (the
+    client needs no image library)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    row = b"\x00" + b"".join(bytes((x * 8 % 256, 128, 255 - x * 8 % 256)) for x in range(width))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(row * height))
+        + chunk(b"IEND", b"")
+    )
+
+
+def probe_image_classification(conn: TritonConnection, model: str) -> str:
+    """Classify a small PNG with TOP_K 3: 3 labels, probabilities in (0, 1], descending.
+
+    Raises:
+        ClientError: the inference failed or its output is wrong.
+    """
+    out = conn.infer(
+        model,
+        {
+            "IMAGE": np.array([[probe_png()]], dtype=object),
+            "TOP_K": np.array([[3]], dtype=np.int32),
+        },
+        ["LABELS", "SCORES"],
+    )
+    labels, scores = out["LABELS"], out["SCORES"]
+    if labels is None or labels.shape != (1, 3) or scores is None or scores.shape != (1, 3):
+        raise ClientError(
+            f"LABELS/SCORES have shapes {getattr(labels, 'shape', None)}, "
+            f"{getattr(scores, 'shape', None)}, expected (1, 3)"
+        )
+    row = scores[0]
+    if (
+        not (np.isfinite(row).all() and (row > 0).all() and (row <= 1).all())
+        or (np.diff(row) > 0).any()
+    ):
+        raise ClientError(f"SCORES {row.tolist()} are not probabilities in descending order")
+    top = labels[0][0]
+    top = top.decode() if isinstance(top, bytes) else str(top)
+    return f"3 classes, top '{top}' {row[0]:.4f}"
+
+
+# Built-in probe inference per model name (the shipped ensembles). Any model may declare its own in
+# its config (:mod:`tritonrepo_client.control.probe_declaration`), which takes precedence; a model
+# with neither is reported "ready, not probed".
+PROBES: dict[str, Callable[[TritonConnection, str], str]] = {
+    "text_embedding": probe_text_embedding,
+    "ctr_ranking": probe_ctr_ranking,
+    "ctr_session": probe_ctr_session,
+    "image_classification": probe_image_classification,
+}
+
+NOT_PROBED = (
+    "ready, not probed: it declares no probe (config parameter "
+    f"{PROBE_PARAMETER}: docs/operations/health.md), so no inference was sent"
+)
+
+
+def probe_for(conn: TritonConnection, model: str) -> Callable[[TritonConnection, str], str] | None:
+    """The probe of ``model``: the one its config declares (parameter ``tritonrepo_probe``,
+    read through the model-config endpoint), else the built-in one (:data:`PROBES`), else
+    None.
+
+    Raises:
+        InvalidProbe: the declared probe is malformed.
+        ClientError: the config cannot be read.
+    """
+    declared = declared_probe(conn.model_config(model), model)
+    return declared if declared is not None else PROBES.get(model)
+
+
+def check_health(
+    conn: TritonConnection,
+    models: Sequence[str] = DEFAULT_MODELS,
+    live_only: bool = False,
+    repository: RepositoryClient | None = None,
+    index_timeout_s: float = INDEX_TIMEOUT_S,
+) -> list[Check]:
+    """Liveness, then every model's readiness and probe inference; one failing model does not
+    stop the checks of the others.
+
+    Args:
+        conn: connection to the server.
+        models: the models this deployment serves: each is checked for READY and, where it has
+            a probe (:func:`probe_for`), with a probe inference; one without is reported
+            "ready, not probed".
+        live_only: only the liveness check (the process answers).
+        repository: a client of the model-repository API (with the key); when given, the
+            repository index is read before and after the model checks, and every other model
+            stuck LOADING (in both reads) or UNAVAILABLE with a reason other than "unloaded"
+            gets a warning (``Check.warning``; it does not fail the verdict), and a served
+            model that is not READY gets its index state in its detail. Triton answers the
+            index only between loads (a load through the load API holds it), so an index that
+            does not answer within ``index_timeout_s`` seconds is reported as a load running
+            at least that long (a model stuck LOADING), also as a warning.
+        index_timeout_s: seconds to wait for each index read.
+
+    Returns:
+        ``live``, then ``ready`` (all models serve; Triton's server readiness is only mentioned
+        when it disagrees), then ``<model> ready`` and ``<model> inference`` per model (no
+        inference check for a model without a probe), then ``<model> state`` warnings; all
+        ``ok`` means healthy. Only ``live`` when the server is not live.
+    """
+    live = _run("live", lambda: _state(conn.server_live(), "server", "live"))
+    if not live.ok or live_only:
+        return [live]
+    started = time.monotonic()
+    before, index_error = read_index(repository, index_timeout_s)
+    per_model = [check for model in models for check in _model_checks(conn, model, before)]
+    after, later_error = (
+        read_index(repository, index_timeout_s) if before is not None else (None, None)
+    )
+    findings = [
+        Check(name, True, detail, warning=True)
+        for name, detail in repository_findings(
+            before, after, index_error or later_error, set(models), time.monotonic() - started
+        )
+    ]
+    return [live, _summary(conn, models, per_model), *per_model, *findings]
+
+
+def _run(name: str, fn: Callable[[], tuple[bool, str]]) -> Check:
+    """One check; ``fn`` returns (ok, detail), a ClientError fails it; ok details get the time
+    taken in ms."""
+    start = time.perf_counter()
+    try:
+        ok, detail = fn()
+    except ClientError as exc:
+        ok, detail = False, str(exc)
+    ms = (time.perf_counter() - start) * 1e3
+    return Check(name, ok, f"{detail} ({ms:.1f} ms)" if ok else detail)
+
+
+def _state(value: bool, subject: str, what: str) -> tuple[bool, str]:
+    return value, f"{subject} is {what}" if value else f"{subject} is not {what}"
+
+
+# Triton's queue-policy refusals: the model serves, its queue is full or too slow for the probe's
+# timeout. Readiness must not fail on them: taking a busy server out of rotation moves its load
+# onto the others, which then fail too (a cascade).
+OVERLOAD_MARKERS = ("Exceeds maximum queue size", "Request timeout expired")
+
+
+def is_overload(error: str) -> bool:
+    """Whether ``error`` is Triton refusing work it cannot queue (full queue, queue timeout)."""
+    return any(marker in error for marker in OVERLOAD_MARKERS)
+
+
+def _model_checks(
+    conn: TritonConnection, model: str, index: list[ModelVersionState] | None
+) -> list[Check]:
+    """``<model> ready``, then ``<model> inference`` when it is READY and has a probe. A probe
+    that Triton refuses for overload (:func:`is_overload`) passes as ``busy``; a model without
+    a probe passes ``ready`` with the words "ready, not probed"."""
+    ready = _run(f"{model} ready", lambda: _state(conn.model_ready(model), "model", "READY"))
+    if not ready.ok:
+        states = index_states(index, model)
+        return [Check(ready.name, False, f"{ready.detail} ({states})" if states else ready.detail)]
+    try:
+        probe = probe_for(conn, model)
+    except ClientError as exc:
+        return [ready, Check(f"{model} inference", False, f"no probe sent: {exc}")]
+    if probe is None:
+        return [Check(ready.name, True, f"{ready.detail}; {NOT_PROBED}")]
+
+    def infer() -> tuple[bool, str]:
+        try:
+            return True, probe(conn, model)
+        except ClientError as exc:
+            if is_overload(str(exc)):
+                return True, f"busy, serving (the probe was refused for overload: {exc})"
+            raise
+
+    return [ready, _run(f"{model} inference", infer)]
+
+
+def _summary(conn: TritonConnection, models: Sequence[str], checks: list[Check]) -> Check:
+    """``ready``: every served model passed its checks; says how many answered a probe."""
+    failing = list(dict.fromkeys(c.name.rsplit(" ", 1)[0] for c in checks if not c.ok))
+    if failing:
+        return Check("ready", False, f"cannot serve: {', '.join(failing)}")
+    probed = {c.name.rsplit(" ", 1)[0] for c in checks if c.name.endswith(" inference")}
+    unprobed = [m for m in models if m not in probed]
+    if not unprobed:
+        detail = f"all {len(models)} served models READY and answering"
+    elif not probed:
+        detail = (
+            f"all {len(models)} served models READY, not probed ({', '.join(unprobed)}): "
+            "no inference was sent"
+        )
+    else:
+        detail = (
+            f"all {len(models)} served models READY; {len(probed)} answering a probe, "
+            f"{len(unprobed)} ready, not probed ({', '.join(unprobed)})"
+        )
+    try:
+        if not conn.server_ready():
+            detail += " (Triton's /v2/health/ready says not ready: another model failed; ignored)"
+    except ClientError:
+        pass
+    return Check("ready", True, detail)

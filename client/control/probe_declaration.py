@@ -1,0 +1,236 @@
+"""A model's own health probe, declared in its config so that any client reads it through the
+model-config endpoint (``GET /v2/models/<model>/config``, open without the repository key).
+
+The declaration is the config parameter ``tritonrepo_probe``: a JSON object whose ``inputs``
+are KServe v2 JSON input tensors (``name``, ``datatype``, ``shape``, flat row-major ``data``;
+the request format of the KServe v2 inference protocol, "Request JSON Object" / "Tensor Data"),
+and whose optional ``outputs`` say what must come back::
+
+    parameters {
+      key: "tritonrepo_probe"
+      value { string_value: '{"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 2],
+        "data": [1.0, 2.0]}], "outputs": [{"name": "Y", "shape": [1, 2], "data": [1.0, 2.0]}]}' }
+    }
+
+Each ``outputs`` entry names an output; ``shape``, ``datatype`` and ``data`` are optional and,
+when given, must match (numbers within ``atol`` + ``rtol`` x |expected|, default 1e-5 each;
+BYTES items exactly). Without ``outputs``, every output of the config is requested and must come
+back, numbers finite. BYTES input and expected items are UTF-8 strings, or ``{"b64": "..."}``
+for binary data (an image). A model with ``sequence_batching`` gets the probe as a one-request
+sequence (START and END, a random numeric correlation ID), which leaves no state behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tritonclient.utils import triton_to_np_dtype
+
+from tritonrepo_client.connection import ClientError, TritonConnection
+
+PROBE_PARAMETER = "tritonrepo_probe"
+DEFAULT_TOLERANCE = 1e-5
+
+
+class InvalidProbe(ClientError):
+    """A model's ``tritonrepo_probe`` parameter is not a valid declaration; the message says
+    what is wrong."""
+
+
+@dataclass(frozen=True)
+class ExpectedOutput:
+    """One output the probe checks: its name and, when not None, its shape, datatype and
+    values (flat, row-major)."""
+
+    name: str
+    shape: tuple[int, ...] | None = None
+    datatype: str | None = None
+    data: np.ndarray | None = None
+    atol: float = DEFAULT_TOLERANCE
+    rtol: float = DEFAULT_TOLERANCE
+
+
+@dataclass(frozen=True)
+class DeclaredProbe:
+    """A probe read from a model's config (:func:`declared_probe`); call it like the built-in
+    probes of :mod:`tritonrepo_client.control.health`: ``probe(conn, model)`` returns a detail line
+    or
+    raises :class:`ClientError`."""
+
+    inputs: dict[str, np.ndarray]
+    outputs: tuple[ExpectedOutput, ...]
+    sequence: bool = False
+
+    def __call__(self, conn: TritonConnection, model: str) -> str:
+        """Send the probe inputs to ``model`` and check its outputs.
+
+        Raises:
+            ClientError: the inference failed or an output is missing or differs.
+        """
+        extra: dict[str, Any] = {}
+        if self.sequence:
+            extra = {
+                "sequence_id": 1 + secrets.randbelow(2**63 - 1),
+                "sequence_start": True,
+                "sequence_end": True,
+            }
+        names = [o.name for o in self.outputs]
+        got = conn.infer(model, self.inputs, names, **extra)
+        for expected in self.outputs:
+            _check_output(expected, got.get(expected.name))
+        checked = ", ".join(
+            f"{o.name} {list(got[o.name].shape)}" + (" as declared" if o.data is not None else "")
+            for o in self.outputs
+        )
+        return f"declared probe answered: {checked}"
+
+
+def declared_probe(config: dict[str, Any], model: str) -> DeclaredProbe | None:
+    """The probe that ``config`` (ModelConfig JSON, as the model-config endpoint returns it)
+    declares in its ``tritonrepo_probe`` parameter, or None when it declares none.
+
+    Raises:
+        InvalidProbe: the parameter is there but not a valid declaration (the module
+            docstring gives the format).
+    """
+    text = config.get("parameters", {}).get(PROBE_PARAMETER, {}).get("string_value")
+    if text is None or not text.strip():
+        return None
+    where = f"parameter {PROBE_PARAMETER} of model '{model}'"
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidProbe(f"{where} is not JSON: {exc}") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("inputs"), list) or not spec["inputs"]:
+        raise InvalidProbe(f"{where} needs an object with a non-empty list 'inputs'")
+    inputs = {}
+    for i, tensor in enumerate(spec["inputs"]):
+        name, array = _input_tensor(tensor, f"{where}, inputs[{i}]")
+        inputs[name] = array
+    declared_outputs = spec.get("outputs")
+    if declared_outputs is None:
+        outputs = tuple(ExpectedOutput(o["name"]) for o in config.get("output", []))
+    elif isinstance(declared_outputs, list) and declared_outputs:
+        outputs = tuple(
+            _expected_output(o, f"{where}, outputs[{i}]") for i, o in enumerate(declared_outputs)
+        )
+    else:
+        raise InvalidProbe(f"{where}: 'outputs' must be a non-empty list when given")
+    if not outputs:
+        raise InvalidProbe(f"{where}: the config has no outputs to check")
+    return DeclaredProbe(inputs, outputs, sequence="sequence_batching" in config)
+
+
+def _input_tensor(tensor: Any, where: str) -> tuple[str, np.ndarray]:
+    if not isinstance(tensor, dict) or not all(k in tensor for k in ("name", "datatype", "data")):
+        raise InvalidProbe(f"{where} needs 'name', 'datatype', 'shape' and 'data'")
+    shape = _shape(tensor.get("shape"), where)
+    if shape is None:
+        raise InvalidProbe(f"{where} needs 'shape' (a list of non-negative integers)")
+    return str(tensor["name"]), _array(tensor["data"], str(tensor["datatype"]), shape, where)
+
+
+def _expected_output(entry: Any, where: str) -> ExpectedOutput:
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        raise InvalidProbe(f"{where} needs 'name'")
+    shape = _shape(entry.get("shape"), where)
+    datatype = entry.get("datatype")
+    data = None
+    if "data" in entry:
+        if datatype is None:
+            raise InvalidProbe(f"{where}: 'data' needs 'datatype' (e.g. \"FP32\")")
+        data = _array(entry["data"], str(datatype), None, where)
+        if shape is not None and data.size != int(np.prod(shape)):
+            raise InvalidProbe(f"{where}: {data.size} values for shape {list(shape)}")
+    try:
+        atol = float(entry.get("atol", DEFAULT_TOLERANCE))
+        rtol = float(entry.get("rtol", DEFAULT_TOLERANCE))
+    except (TypeError, ValueError):
+        raise InvalidProbe(f"{where}: 'atol' and 'rtol' must be numbers") from None
+    return ExpectedOutput(entry["name"], shape, datatype, data, atol, rtol)
+
+
+def _shape(value: Any, where: str) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
+    ):
+        raise InvalidProbe(f"{where}: 'shape' must be a list of non-negative integers")
+    return tuple(value)
+
+
+def _array(data: Any, datatype: str, shape: Sequence[int] | None, where: str) -> np.ndarray:
+    """Flat KServe v2 JSON ``data`` of ``datatype`` as a numpy array of ``shape`` (flat when
+    None)."""
+    flat = np.asarray(data, dtype=object).reshape(-1) if isinstance(data, list) else None
+    if flat is None:
+        raise InvalidProbe(f"{where}: 'data' must be a list (flat, row-major)")
+    try:
+        if datatype == "BYTES":
+            array = np.array([_bytes(item, where) for item in flat], dtype=object)
+        else:
+            dtype = triton_to_np_dtype(datatype)
+            if dtype is None:
+                raise InvalidProbe(f"{where}: unknown datatype {datatype!r}")
+            array = np.array(flat.tolist(), dtype=dtype)
+        return array if shape is None else array.reshape(shape)
+    except (TypeError, ValueError) as exc:
+        raise InvalidProbe(
+            f"{where}: 'data' does not fit {datatype} {list(shape or [])}: {exc}"
+        ) from None
+
+
+def _bytes(item: Any, where: str) -> bytes:
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    if isinstance(item, dict) and isinstance(item.get("b64"), str):
+        try:
+            return base64.b64decode(item["b64"], validate=True)
+        except binascii.Error as exc:
+            raise InvalidProbe(f"{where}: a 'b64' item is not base64 ({exc})") from None
+    raise InvalidProbe(f'{where}: BYTES items are strings or {{"b64": "..."}}, got {item!r}')
+
+
+def _check_output(expected: ExpectedOutput, got: np.ndarray | None) -> None:
+    """Raise ClientError when ``got`` does not satisfy ``expected``."""
+    name = expected.name
+    if got is None:
+        raise ClientError(f"the probe's output {name} did not come back")
+    if expected.shape is not None and tuple(got.shape) != expected.shape:
+        raise ClientError(f"{name} has shape {list(got.shape)}, declared {list(expected.shape)}")
+    if got.dtype == object:
+        if expected.data is not None:
+            items = [x if isinstance(x, bytes) else str(x).encode() for x in got.reshape(-1)]
+            if items != list(expected.data):
+                raise ClientError(f"{name} is {items[:4]!r}..., declared {expected.data[:4]!r}...")
+        return
+    if expected.datatype is not None and got.dtype != triton_to_np_dtype(expected.datatype):
+        raise ClientError(f"{name} has dtype {got.dtype}, declared {expected.datatype}")
+    if np.issubdtype(got.dtype, np.floating) and not np.isfinite(got).all():
+        raise ClientError(f"{name} holds NaN or infinite values")
+    if expected.data is not None:
+        values = got.reshape(-1)
+        want = expected.data.reshape(-1)
+        if values.size != want.size or not np.allclose(
+            values.astype(np.float64),
+            want.astype(np.float64),
+            rtol=expected.rtol,
+            atol=expected.atol,
+        ):
+            diff = (
+                float(np.max(np.abs(values.astype(np.float64) - want)))
+                if values.size == want.size
+                else float("nan")
+            )
+            raise ClientError(
+                f"{name} differs from the declared values (max abs diff {diff:.3g}, atol "
+                f"{expected.atol}, rtol {expected.rtol})"
+            )

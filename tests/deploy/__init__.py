@@ -1,0 +1,1 @@
+"""Tests: see tests/README.md."""

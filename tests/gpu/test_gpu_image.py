@@ -1,0 +1,130 @@
+"""``image_classification`` with the torch_gpu config set on a real server and a real GPU
+(``make test-gpu``): host decoding and preprocessing, EfficientNet-Lite0 as a ``torch.export``
+program on the GPU, top-K on the host.
+
+References: EfficientNet-Lite0 eager in this process on the same GPU
+(``reference_data.image_reference``), in FP32 and in the precision the program was built in
+(``torch_metadata.json``), on the preprocessed photos (the served step's own preprocessing
+function, ``tritonrepo.image.preprocess.preprocess_image``). Skipped without a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.gpu_image import served_log_probabilities
+from builders.torch_programs.image_export import GATES, ranking_mismatches
+from reference_data import photos
+from tests.conftest import GPU_SERVER_MARKS, server_options
+from tritonrepo.image import spec
+from tritonrepo.image.labels import read_labels
+from tritonrepo.image.preprocess import preprocess_image
+from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo.runners.torch_runner import METADATA_FILE
+from tritonrepo.server.launcher import TritonServer
+from tritonrepo_client import ClassificationClient
+from tritonrepo_client.control.repository import RepositoryClient
+
+pytestmark = GPU_SERVER_MARKS
+PROTOCOLS = ["http", "grpc"]
+NAMED = list(photos.PHOTOS) + list(photos.EXTRA)  # the bundled photos
+AUGMENTED_SEED = 4  # other crops than the build gate's (seed 2)
+TIE = GATES["fp16"].tie_logits  # FP32 logits this close are interchangeable (the build's gate)
+# Served probabilities vs PyTorch at the program's precision (builders/tensorrt/image_plan_data.py's
+# FP16 and FP32 probability bars).
+PROB_ATOL = {"fp16": 1e-2, "fp32": 1e-4}
+
+
+def program_metadata() -> dict:
+    path = MODEL_REPOSITORY / spec.CORE_MODEL / "1" / METADATA_FILE
+    if not path.is_file():
+        pytest.fail(f"{spec.CORE_MODEL} has no torch program: run `make artifacts-gpu` here")
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def files() -> list[bytes]:
+    """The bundled photos, then 48 augmented crops, as JPEG files."""
+    named = [photos.photo_file(n) for n in NAMED]
+    return named + photos.augmented_files(48, seed=AUGMENTED_SEED)
+
+
+@pytest.fixture(scope="module")
+def image_server():
+    """The embedded server with the torch_gpu set and only image_classification."""
+    program_metadata()
+    options = server_options("gpu-image", model_config_name="torch_gpu", models=(spec.ENSEMBLE,))
+    with TritonServer(options) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def reference_logits(files):
+    """precision -> FP32 ``[n, 1000]`` logits of ``files`` from eager PyTorch on the GPU."""
+    from reference_data.image_reference import efficientnet_lite0
+
+    pixels = torch.from_numpy(np.stack([preprocess_image(f) for f in files])).cuda()
+    out = {}
+    with torch.inference_mode():
+        for precision, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
+            model = efficientnet_lite0().to("cuda", dtype).eval()
+            out[precision] = model(pixels.to(dtype)).float().cpu().numpy()
+    return out
+
+
+def top5(values: np.ndarray) -> np.ndarray:
+    return np.argsort(-values, axis=1, kind="stable")[:, :5]
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_image_classifier_runs_on_the_gpu(image_server):
+    o = image_server.options
+    with RepositoryClient(o.http_url, "http", key=o.repository_key or "") as repo:
+        config = repo.config(spec.CORE_MODEL)
+    assert config["backend"] == "torch_python"
+    assert {g["kind"] for g in config["instance_group"]} == {"KIND_GPU"}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_served_top5_equals_in_process_pytorch(image_server, files, reference_logits, protocol):
+    """One image per request, 16 in flight (so the dynamic batcher joins them on the GPU)."""
+    precision = program_metadata()["precision"]
+    want = reference_logits[precision]
+    got, labels = served_log_probabilities(image_server.options.url(protocol), protocol, files)
+    named = len(NAMED)
+    # The bundled photos: the same ordered top-5 as PyTorch in the program's precision, and
+    # LABELS are those classes' names.
+    np.testing.assert_array_equal(top5(got)[:named], top5(want)[:named])
+    names = read_labels(MODEL_REPOSITORY / spec.POSTPROCESS_MODEL / "1" / spec.LABELS_FILE)
+    expected = [[names[i] for i in row] for row in top5(want)[:named]]
+    assert [[b.decode() for b in row] for row in labels[:named]] == expected
+    # Every photo: top-5 equal to FP32 PyTorch up to near-ties (the build's gate), and the
+    # probabilities close to PyTorch's in the program's precision.
+    assert ranking_mismatches(got, reference_logits["fp32"], TIE) == []
+    np.testing.assert_allclose(np.exp(got), softmax(want), atol=PROB_ATOL[precision], rtol=0)
+
+
+def test_bulk_request_of_32_images_matches_single_images(image_server, files, reference_logits):
+    """One request of the ensemble's max_batch_size images: the same answers per image."""
+    precision = program_metadata()["precision"]
+    names = read_labels(MODEL_REPOSITORY / spec.POSTPROCESS_MODEL / "1" / spec.LABELS_FILE)
+    bulk = files[: spec.MAX_BATCH_SIZE]
+    with ClassificationClient(image_server.options.grpc_url, "grpc") as client:
+        got = client.classify(bulk, top_k=5)
+    want = top5(reference_logits[precision])[: len(bulk)]
+    fp32 = reference_logits["fp32"][: len(bulk)]
+    for i, (result, row) in enumerate(zip(got, want, strict=True)):
+        if i < len(NAMED):
+            assert list(result.labels) == [names[c] for c in row]
+        # Augmented crops: each served label is one of FP32's top-5 or tied with one.
+        ranked = {names[c] for c in top5(fp32)[i]}
+        tied = {names[c] for c in np.flatnonzero(fp32[i] >= np.sort(fp32[i])[-5] - TIE)}
+        assert set(result.labels) <= ranked | tied

@@ -1,0 +1,196 @@
+"""The layers of this repository and the import rule between them, read from the source with
+``ast`` (imports inside functions included).
+
+``python -m tests.layers`` prints the Mermaid graph that ``docs/architecture.md`` shows;
+``tests/unit/test_layers.py`` fails when a module breaks the rule or the page's graph is stale.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Layer of a module, by longest matching dotted prefix; folders that are not packages
+# (backends/, model_repository/) get pseudo-names.
+LAYERS = {
+    "tritonrepo.step": "stub: step",
+    "tritonrepo.runners": "stub: runners",
+    "tritonrepo.text": "stub: models",
+    "tritonrepo.ctr": "stub: models",
+    "tritonrepo.image": "stub: models",
+    "backends": "stub: backends",
+    "model_repository": "stub: model.py",
+    "tritonrepo.paths": "shared: paths",
+    "tritonrepo.server": "server",
+    "tritonrepo_client": "client: data plane",
+    "tritonrepo_client.__init__": "client: package",
+    "tritonrepo_client.__main__": "client: package",
+    "tritonrepo_client.control": "client: control",
+    "tritonrepo_client.cli": "client: cli",
+    "builders": "builders",
+    "reference_data": "reference data",
+    "benchmarks": "benchmarks",
+}
+STUB = {"stub: step", "stub: runners", "stub: models", "stub: backends", "stub: model.py"}
+CLIENT = {"client: data plane", "client: control", "client: cli", "client: package"}
+# What each layer may import (besides itself, the standard library and third-party packages).
+ALLOWED = {
+    "stub: step": {"shared: paths"},
+    "stub: runners": {"stub: step", "shared: paths"},
+    "stub: models": {"stub: step", "stub: runners", "shared: paths"},
+    "stub: backends": {"stub: step", "stub: runners", "stub: models", "shared: paths"},
+    "stub: model.py": {"stub: step", "stub: runners", "stub: models"},
+    "shared: paths": set(),
+    "client: data plane": set(),
+    "client: control": {"client: data plane"},
+    "client: cli": {"client: data plane", "client: control"},
+    "client: package": {"client: data plane", "client: control", "client: cli"},
+    "server": {"shared: paths", "stub: models", "stub: step", "stub: runners", *CLIENT},
+    "builders": {"shared: paths", "reference data", "server", *STUB, *CLIENT},
+    "reference data": {"shared: paths", "stub: models"},
+    "benchmarks": {"shared: paths", "server", "reference data", "builders", *STUB, *CLIENT},
+}
+FIRST_PARTY = ("tritonrepo", "tritonrepo_client", "builders", "reference_data", "benchmarks")
+
+
+@dataclass(frozen=True)
+class Import:
+    """One first-party import: the importing file (relative to the repository), its line, the
+    module imported (dotted) and both layers."""
+
+    path: str
+    line: int
+    module: str
+    source_layer: str
+    target_layer: str
+
+
+def layer(module: str) -> str | None:
+    """The layer of a dotted module name (longest prefix in ``LAYERS``), or None; the client
+    package itself (``tritonrepo_client``, its ``__init__``) is its facade."""
+    if module == "tritonrepo_client":
+        return "client: package"
+    best = None
+    for prefix in LAYERS:
+        if (module == prefix or module.startswith(prefix + ".")) and (
+            best is None or len(prefix) > len(best)
+        ):
+            best = prefix
+    return LAYERS[best] if best else None
+
+
+def module_of(path: Path) -> str:
+    """The dotted name a file is imported as (``client/`` is ``tritonrepo_client``)."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts == ["client", "__init__"]:
+        return "tritonrepo_client.__init__"
+    if parts[0] == "client":
+        parts[0] = "tritonrepo_client"
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def is_module(dotted: str) -> bool:
+    """Whether a dotted first-party name is a module or package of this repository."""
+    parts = dotted.split(".")
+    if parts[0] == "tritonrepo_client":
+        parts[0] = "client"
+    base = ROOT.joinpath(*parts)
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def imports_in(source: str) -> Iterator[tuple[int, str]]:
+    """``(line, dotted module)`` of every first-party import in ``source``: ``import a.b``,
+    ``from a.b import c`` (as ``a.b.c`` too, c may be a module), at any depth, and
+    ``importlib.import_module("a.b")`` with a literal name."""
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [
+                f"{node.module}.{a.name}"
+                for a in node.names
+                if is_module(f"{node.module}.{a.name}")
+            ]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            names = [node.args[0].value]
+        for name in names:
+            if name.split(".")[0] in FIRST_PARTY:
+                yield node.lineno, name
+
+
+def source_files() -> Iterator[Path]:
+    """Every first-party Python file whose layer is known (tests excluded)."""
+    for top in ("tritonrepo", "client", "builders", "reference_data", "benchmarks", "backends"):
+        yield from sorted((ROOT / top).rglob("*.py"))
+    yield from sorted((ROOT / "model_repository").rglob("model.py"))
+
+
+def file_layer(path: Path) -> str | None:
+    """The layer of a file (``backends/`` and ``model_repository/`` by folder)."""
+    top = path.relative_to(ROOT).parts[0]
+    if top in ("backends", "model_repository"):
+        return LAYERS[top]
+    return layer(module_of(path))
+
+
+def all_imports() -> list[Import]:
+    """Every first-party import between two known layers, in file order."""
+    found = []
+    for path in source_files():
+        source_layer = file_layer(path)
+        if source_layer is None:
+            continue
+        for line, module in imports_in(path.read_text()):
+            target = layer(module)
+            if target is not None:
+                rel = str(path.relative_to(ROOT))
+                found.append(Import(rel, line, module, source_layer, target))
+    return found
+
+
+def violations(found: list[Import] | None = None) -> list[Import]:
+    """The imports the rule forbids (``ALLOWED``)."""
+    return [
+        i
+        for i in (all_imports() if found is None else found)
+        if i.source_layer != i.target_layer and i.target_layer not in ALLOWED[i.source_layer]
+    ]
+
+
+def mermaid(found: list[Import] | None = None) -> str:
+    """The layer graph as a Mermaid flowchart: an edge A --> B when A imports B."""
+    found = all_imports() if found is None else found
+    ids = {name: f"L{i}" for i, name in enumerate(sorted(set(LAYERS.values())))}
+    edges = sorted(
+        {(i.source_layer, i.target_layer) for i in found if i.source_layer != i.target_layer}
+    )
+    lines = ["flowchart TD"]
+    lines += [f'    {ids[name]}["{name}"]' for name in sorted(ids)]
+    lines += [f"    {ids[a]} --> {ids[b]}" for a, b in edges]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    bad = violations()
+    for i in bad:
+        print(
+            f"{i.path}:{i.line}: {i.source_layer} imports {i.module} ({i.target_layer})",
+            file=sys.stderr,
+        )
+    sys.stdout.write(mermaid())
+    sys.exit(1 if bad else 0)

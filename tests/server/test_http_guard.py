@@ -1,0 +1,406 @@
+"""The HTTP guard (tritonrepo.server.http_guard: nginx + njs) in front of a real, throwaway
+tritonserver: the requests that end Triton 2.51 are refused with a 4xx and an error naming the
+guard, the server stays up, and ordinary traffic through the guard gets the same answers as direct.
+
+The hostile requests are only ever sent through the guard here; tests/server/test_hostile.py runs
+the catalogue both direct and guarded.
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import json
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+import yaml
+from tritonclient.utils import InferenceServerException
+
+from tests.conftest import require_artifacts, server_options
+from tritonrepo.paths import BUILD_DIR, REPO_ROOT
+from tritonrepo.server import http_guard_config
+from tritonrepo.server.http_guard import HttpGuard, guard_available
+from tritonrepo.server.launcher import LaunchError, TritonServer, free_port
+from tritonrepo_client.control.health import probe_png
+
+MODELS = ("text_embedding", "image_classification")
+TEXT_PATH = "/v2/models/text_embedding/infer"
+IMAGE_PATH = "/v2/models/image_classification/infer"
+RUN_DIR = BUILD_DIR / "test-logs" / "http-guard"
+
+
+def require_guard() -> None:
+    """Fail (not skip) without nginx + njs: `make test` installs them (make guard-deps)."""
+    reason = guard_available()
+    if reason:
+        pytest.fail(reason)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[TritonServer]:
+    """A server of this module's own (a request that got past the guard could end it)."""
+    require_artifacts()
+    require_guard()
+    with TritonServer(server_options("test_http_guard", models=MODELS)) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def guard(server: TritonServer) -> Iterator[HttpGuard]:
+    with HttpGuard("127.0.0.1", free_port(), server.options.http_port, RUN_DIR / "main") as g:
+        yield g
+
+
+def post(port: int, path: str, body: bytes, headers: dict[str, str] | None = None):
+    """``(status, parsed JSON body or {})`` of one POST to 127.0.0.1:port."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        conn.request("POST", path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        raw = response.read()
+    finally:
+        conn.close()
+    try:
+        return response.status, json.loads(raw)
+    except ValueError:
+        return response.status, {}
+
+
+def text_request(**extra) -> dict:
+    inputs = [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": ["a guarded text"]}]
+    return {"inputs": inputs, **extra}
+
+
+def json_body(inputs: list[dict] | None = None, **extra) -> bytes:
+    """A JSON request: text_request() with ``inputs`` replaced and ``extra`` fields added."""
+    request = text_request(**extra)
+    if inputs is not None:
+        request["inputs"] = inputs
+    return json.dumps(request).encode()
+
+
+def image_binary_request(outputs: list[dict]) -> tuple[bytes, dict[str, str]]:
+    """A binary-data request to image_classification: body and headers."""
+    png = probe_png()
+    element = struct.pack("<I", len(png)) + png
+    header = {
+        "inputs": [{"name": "IMAGE", "datatype": "BYTES", "shape": [1, 1],
+                    "parameters": {"binary_data_size": len(element)}}],
+        "outputs": outputs,
+    }  # fmt: skip
+    head = json.dumps(header).encode()
+    return head + element, {"Inference-Header-Content-Length": str(len(head))}
+
+
+def chunked(port: int, path: str, body: bytes, chunk: int) -> tuple[int, dict]:
+    """POST ``body`` in ``chunk``-byte chunks over a raw socket; ``(status, JSON body)``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
+            "Content-Type: application/json\r\nConnection: close\r\n\r\n".encode()
+        )
+        parts = [b"%x\r\n%s\r\n" % (chunk, body[i : i + chunk]) for i in range(0, len(body), chunk)]
+        sock.sendall(b"".join(parts) + b"0\r\n\r\n")
+        raw = b""
+        while data := sock.recv(1 << 16):
+            raw += data
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ")[1])
+    return status, json.loads(payload or b"{}")
+
+
+def refusal_logged(guard: HttpGuard, match, timeout_s: float = 5.0) -> bool:
+    """Whether a line of refusals.log matches within ``timeout_s`` seconds (nginx writes it
+    after the answer has gone out)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if guard.refusals_log.is_file() and any(
+            match(line) for line in guard.refusals_log.read_text().splitlines()
+        ):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def assert_alive(server: TritonServer) -> None:
+    assert server.process is not None and server.process.poll() is None, "tritonserver ended"
+    client = httpclient.InferenceServerClient(server.options.http_url)
+    assert client.is_server_live()
+
+
+def _deep(levels: int) -> bytes:
+    head = b'{"inputs":[{"name":"TEXT","datatype":"BYTES","shape":[1,1],"data":'
+    return head + b"[" * levels + b"]" * levels + b"}]}"
+
+
+def _gzip_bomb() -> bytes:
+    """A valid request followed by 400 MB of JSON whitespace, gzip'd to ~400 KB."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # gzip framing
+    parts = [compressor.compress(json.dumps(text_request()).encode())]
+    spaces = b" " * (1 << 20)
+    parts += [compressor.compress(spaces) for _ in range(400)]
+    return b"".join(parts) + compressor.flush()
+
+
+def binary(header: dict, blob: bytes) -> tuple[bytes, dict[str, str]]:
+    """A binary-data request: JSON header, then ``blob``; body and headers."""
+    head = json.dumps(header).encode()
+    return head + blob, {"Inference-Header-Content-Length": str(len(head))}
+
+
+# (case id, path, body, headers, expected status, rule in refusals.log, words of the error)
+HOSTILE = [
+    ("class_count_on_bytes_labels", IMAGE_PATH,
+     *image_binary_request([{"name": "LABELS", "parameters": {"classification": 3}}]),
+     400, "classification_bytes", "BYTES"),
+    ("json_nested_100000_deep", TEXT_PATH, _deep(100_000), {}, 400, "json_depth", "nesting"),
+    ("int64_shape_2pow32_plus_1", IMAGE_PATH,
+     json.dumps({"inputs": [{"name": "TOP_K", "datatype": "INT64", "shape": [2**32 + 1, 2],
+                             "data": [1]}]}).encode(), {}, 400, "shape_vs_body", "elements"),
+    ("binary_shape_2pow32_plus_1", TEXT_PATH,
+     *binary({"inputs": [{"name": "TEXT", "datatype": "INT64", "shape": [2**32 + 1, 2],
+                          "parameters": {"binary_data_size": 16}}]}, b"\0" * 16),
+     400, "shape_vs_binary_size", "binary_data_size"),
+    ("negative_dim", TEXT_PATH,
+     json_body([{"name": "TEXT", "datatype": "BYTES", "shape": [-1], "data": ["x"]}]),
+     {}, 400, "shape_negative", "negative"),
+    ("classification_smuggled_by_duplicate_key", IMAGE_PATH,
+     b'{"inputs":[{"name":"TOP_K","datatype":"INT32","shape":[1,1],"data":[1]}],"outputs":'
+     b'[{"name":"LABELS","parameters":{"classification":3,"classification":0}}]}',
+     {}, 400, "json_duplicate_key", "duplicate"),
+    ("classification_string", TEXT_PATH,
+     json_body(outputs=[{"name": "EMBEDDING", "parameters": {"classification": "3"}}]),
+     {}, 400, "classification_type", "classification"),
+    ("priority_string", TEXT_PATH, json_body(parameters={"priority": "high"}),
+     {}, 400, "parameter_type", "priority"),
+    ("unknown_datatype", TEXT_PATH,
+     json_body([{"name": "TEXT", "datatype": "STRING", "shape": [1], "data": ["x"]}]),
+     {}, 400, "datatype", "datatype"),
+    ("binary_sizes_do_not_add_up", TEXT_PATH,
+     *binary({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
+                          "parameters": {"binary_data_size": 1 << 30}}]}, b"\0" * 9),
+     400, "binary_size_sum", "add up"),
+    ("header_length_beyond_body", TEXT_PATH, json.dumps(text_request()).encode(),
+     {"Inference-Header-Content-Length": "99999999999"}, 400, "header_length", "header size"),
+    ("gzip_bomb_400kb_to_400mb", TEXT_PATH, _gzip_bomb, {"Content-Encoding": "gzip"}, 415, "-",
+     "Content-Encoding"),
+    ("repository_load_json_too_deep", "/v2/repository/models/text_embedding/load", _deep(5000), {},
+     400, "json_depth", "nesting"),
+    # A product that overflows to Infinity and then meets a 0 is NaN, which passes every
+    # comparison: each dimension is checked as it is multiplied in.
+    ("shape_overflow_then_zero", TEXT_PATH,
+     json_body([{"name": "TEXT", "datatype": "INT64", "shape": [2**53 - 1] * 20 + [0],
+                 "data": []}]), {}, 400, "shape_overflow", "2^53"),
+    # The versioned path takes the same checks as the plain one.
+    ("versioned_path_json_too_deep", "/v2/models/text_embedding/versions/1/infer",
+     _deep(100_000), {}, 400, "json_depth", "nesting"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", HOSTILE, ids=[c[0] for c in HOSTILE])
+def test_hostile_request_is_refused_and_the_server_lives(server, guard, case) -> None:
+    """Each request that ends (or, for the gzip bomb, bloats) Triton 2.51 gets a 4xx with the
+    guard's error and its rule in refusals.log; tritonserver is live afterwards."""
+    _, path, body, headers, status, rule, words = case
+    got, answer = post(guard.listen_port, path, body() if callable(body) else body, headers)
+    assert got == status, answer
+    assert "http guard" in answer.get("error", "") and words.lower() in answer["error"].lower()
+    assert_alive(server)
+    entry = f'{path} HTTP/1.1" {status} '
+    assert refusal_logged(guard, lambda line: entry in line and line.endswith(f"rule={rule}"))
+
+
+def test_million_one_byte_chunks_reach_triton_as_one_body(server, guard) -> None:
+    """Triton 2.51 ends on a body of 1,000,000 one-byte chunks (alloca per chunk); the guard
+    reads the whole body first and sends it on with a Content-Length: answered, server alive."""
+    body = json.dumps(text_request()).encode()
+    body += b" " * (1_000_000 - len(body))
+    status, answer = chunked(guard.listen_port, TEXT_PATH, body, 1)
+    assert status == 200, answer
+    assert answer["outputs"][0]["name"] == "EMBEDDING" and answer["outputs"][0]["shape"] == [1, 384]
+    assert_alive(server)
+
+
+def test_body_larger_than_the_cap_is_413(server) -> None:
+    """max_body_bytes caps the body (client_max_body_size), with a JSON error."""
+    with HttpGuard("127.0.0.1", free_port(), server.options.http_port, RUN_DIR / "small",
+                   max_body_bytes=4096) as small:  # fmt: skip
+        status, answer = post(small.listen_port, TEXT_PATH, b"{" + b" " * 8192 + b"}")
+        assert status == 413 and "4096" in answer["error"]
+        status, answer = post(small.listen_port, TEXT_PATH, json.dumps(text_request()).encode())
+        assert status == 200, answer
+    assert small.process is None
+
+
+def test_json_larger_than_the_parse_cap_is_413(server) -> None:
+    """max_json_bytes caps what njs parses: a larger JSON body gets 413 naming binary data,
+    while the same tensor sent as binary data (only its small JSON header is parsed) is served."""
+    with HttpGuard("127.0.0.1", free_port(), server.options.http_port, RUN_DIR / "json-cap",
+                   max_json_bytes=2048) as small:  # fmt: skip
+        texts = ["hello " * 100] * 8
+        big = json_body([{"name": "TEXT", "datatype": "BYTES", "shape": [8, 1], "data": texts}])
+        assert len(big) > 2048
+        status, answer = post(small.listen_port, TEXT_PATH, big)
+        assert status == 413 and "binary" in answer["error"], answer
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{small.listen_port}")
+        try:
+            infer_input = httpclient.InferInput("TEXT", [8, 1], "BYTES")
+            infer_input.set_data_from_numpy(np.array(texts, dtype=object).reshape(8, 1))
+            result = client.infer("text_embedding", [infer_input])
+            assert result.as_numpy("EMBEDDING").shape == (8, 384)
+        finally:
+            client.close()
+    assert_alive(server)
+
+
+def test_guard_answers_like_triton(server, guard) -> None:
+    """tritonclient on the guard's port: the same embeddings (JSON and binary), classes,
+    metadata, health and repository index (with its key) as direct; Triton's own errors pass
+    through unchanged."""
+    direct = httpclient.InferenceServerClient(server.options.http_url)
+    guarded = httpclient.InferenceServerClient(guard.url)
+    texts = np.array([["the guard passes this"], ["and this"]], dtype=object)
+
+    def embed(client, binary: bool) -> np.ndarray:
+        tensor = httpclient.InferInput("TEXT", [2, 1], "BYTES")
+        tensor.set_data_from_numpy(texts, binary_data=binary)
+        out = httpclient.InferRequestedOutput("EMBEDDING", binary_data=binary)
+        return client.infer("text_embedding", [tensor], outputs=[out]).as_numpy("EMBEDDING")
+
+    for binary in (False, True):
+        np.testing.assert_allclose(embed(guarded, binary), embed(direct, binary), atol=1e-6)
+
+    def classify(client) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        image = httpclient.InferInput("IMAGE", [1, 1], "BYTES")
+        image.set_data_from_numpy(np.array([[probe_png()]], dtype=object))
+        outputs = [httpclient.InferRequestedOutput(n) for n in ("LABELS", "SCORES")]
+        outputs.append(httpclient.InferRequestedOutput("PROBABILITIES", class_count=3))
+        result = client.infer("image_classification", [image], outputs=outputs)
+        return tuple(result.as_numpy(n) for n in ("LABELS", "SCORES", "PROBABILITIES"))
+
+    for ours, theirs in zip(classify(guarded), classify(direct), strict=True):
+        assert ours.shape == theirs.shape and ours.tolist() == theirs.tolist()
+
+    key = server.options.repository_headers
+    assert guarded.get_model_repository_index(headers=key) == direct.get_model_repository_index(
+        headers=key
+    )
+    with pytest.raises(InferenceServerException, match="restricted"):
+        guarded.get_model_repository_index()
+    assert guarded.get_model_metadata("image_classification") == direct.get_model_metadata(
+        "image_classification"
+    )
+    assert guarded.is_server_live() and guarded.is_server_ready()
+    assert guarded.is_model_ready("text_embedding")
+    unknown = httpclient.InferInput("TEXT", [1, 1], "BYTES")
+    unknown.set_data_from_numpy(texts[:1])
+    with pytest.raises(InferenceServerException, match="unknown model"):
+        guarded.infer("no_such_model", [unknown])
+
+
+def test_nan_in_json_data_passes(server, guard) -> None:
+    """Triton reads NaN/Infinity in JSON (tritonclient writes them for float data); the guard
+    passes them on: the answer is Triton's own."""
+    body = json.dumps(text_request(parameters={"x": float("nan")})).encode()
+    assert b"NaN" in body
+    status, direct = post(server.options.http_port, TEXT_PATH, body)
+    assert post(guard.listen_port, TEXT_PATH, body) == (status, direct)
+
+
+def test_start_fails_in_one_line_when_the_port_is_taken(server, guard) -> None:
+    other = HttpGuard("127.0.0.1", guard.listen_port, server.options.http_port, RUN_DIR / "taken")
+    with pytest.raises(LaunchError, match="already in use") as info:
+        other.start()
+    assert "\n" not in str(info.value) and other.process is None
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """A stand-in upstream that answers every POST with what it received: the framing headers,
+    the body's length and the client port of its connection."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        seen = {
+            "content_length": self.headers.get("Content-Length"),
+            "transfer_encoding": self.headers.get("Transfer-Encoding"),
+            "received": len(self.rfile.read(length)),
+            "peer_port": self.client_address[1],
+        }
+        answer = json.dumps(seen).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_chunked_bodies_reach_the_upstream_with_a_length_over_kept_alive_connections() -> None:
+    """nginx reads a chunked body whole and sends it on with Content-Length (no
+    Transfer-Encoding), and reuses its upstream connections (HTTP/1.1 keep-alive)."""
+    require_guard()
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=upstream.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = upstream.server_address[1]
+        with HttpGuard("127.0.0.1", free_port(), port, RUN_DIR / "recorder", workers=1) as g:
+            body = json.dumps(text_request()).encode().ljust(100_000)
+            status, seen = chunked(g.listen_port, TEXT_PATH, body, 1)
+            assert status == 200, seen
+            assert seen["content_length"] == str(len(body)) and seen["received"] == len(body)
+            assert seen["transfer_encoding"] is None
+            small = json.dumps(text_request()).encode()
+            peers = {post(g.listen_port, TEXT_PATH, small)[1]["peer_port"]
+                     for _ in range(20)}  # fmt: skip
+            assert len(peers) < 20, "every request opened a new upstream connection"
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
+
+
+# --- the committed container renderings ---------------------------------------------------------
+
+
+def test_deploy_renderings_are_current() -> None:
+    """docker/guard.nginx.conf and the Kubernetes copies are what the template renders
+    (`python -m tritonrepo.server.http_guard_config` rewrites them)."""
+    for path, text in http_guard_config.deploy_files().items():
+        assert path.is_file() and path.read_text() == text, (
+            f"{path.relative_to(REPO_ROOT)} is stale: "
+            "run python -m tritonrepo.server.http_guard_config"
+        )
+
+
+def test_settings_are_validated() -> None:
+    with pytest.raises(ValueError, match="max_body_bytes"):
+        http_guard_config.GuardSettings(listen="1", upstream="x:1", max_body_bytes=0)
+
+
+def test_compose_puts_the_guard_in_front_of_http() -> None:
+    """Triton's HTTP port is not published; the guard's is, on loopback, forwarding to
+    triton:8000 with the committed config and script."""
+    compose = yaml.safe_load((REPO_ROOT / "docker" / "compose.yaml").read_text())
+    services = compose["services"]
+    assert not any(str(p).endswith(":8000") for p in services["triton"]["ports"])
+    guard = services["http-guard"]
+    assert guard["ports"] == ["127.0.0.1:8000:8000"]
+    mounts = {Path(v["source"]).name: v["target"] for v in guard["volumes"]}
+    assert mounts["guard.nginx.conf"] == "/etc/nginx/guard/nginx.conf"
+    assert mounts["kserve_guard.js"] == "/etc/nginx/guard/kserve_guard.js"
+    conf = (REPO_ROOT / "docker" / "guard.nginx.conf").read_text()
+    assert "server triton:8000 resolve;" in conf and "listen 8000;" in conf

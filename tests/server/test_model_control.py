@@ -1,0 +1,139 @@
+"""Explicit model control and health checks on a server of this module's own."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests.conftest import client_cli, key_file
+from tritonrepo.text import spec
+from tritonrepo_client import (
+    EmbeddingClient,
+    RepositoryClient,
+    TritonConnection,
+    VersionNotLoaded,
+    check_health,
+)
+from tritonrepo_client.models import DEFAULT_MODELS
+
+pytestmark = pytest.mark.server
+STEPS = (spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.NORMALIZE_MODEL)
+
+
+def url(server, protocol: str) -> str:
+    return server.options.url(protocol)
+
+
+def repo_client(server, protocol: str) -> RepositoryClient:
+    return RepositoryClient(url(server, protocol), protocol, key=server.options.repository_key)
+
+
+def cli(server, *args: str, protocol: str = "http") -> subprocess.CompletedProcess:
+    key = key_file(server, server.options.log_file.parent)
+    return client_cli(
+        "--url", url(server, protocol), "--protocol", protocol,
+        "--repository-key-file", str(key), *args,
+    )  # fmt: skip
+
+
+def states(repo: RepositoryClient) -> dict[tuple[str, str], str]:
+    return {(r.name, r.version): r.state for r in repo.index()}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_index_lists_models_versions_and_states(control_server, protocol):
+    with repo_client(control_server, protocol) as repo:
+        rows = states(repo)
+        for model in (spec.ENSEMBLE, *STEPS):
+            assert rows[(model, "1")] == "READY", rows
+        assert (spec.ENCODER_MODEL, "2") not in rows  # staged on disk, not in the policy
+        assert repo.versions(spec.ENCODER_MODEL) == [1]
+    out = cli(control_server, "models", "list", protocol=protocol)
+    assert out.returncode == 0, out.stderr
+    assert any(
+        line.split()[:3] == [spec.ENCODER_MODEL, "1", "READY"] for line in out.stdout.splitlines()
+    ), out.stdout
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_unload_without_and_with_dependents(control_server, protocol):
+    with repo_client(control_server, protocol) as repo:
+        repo.unload(spec.ENSEMBLE)
+        assert not repo.ready(spec.ENSEMBLE)
+        assert all(repo.ready(step) for step in STEPS)  # steps keep serving
+
+        repo.load(spec.ENSEMBLE)
+        assert repo.ready(spec.ENSEMBLE)
+
+        repo.unload(spec.ENSEMBLE, dependents=True)
+        for step in STEPS:
+            repo.wait_until(step, [1], timeout_s=30)
+        rows = states(repo)
+        assert all(rows[(m, "1")] == "UNAVAILABLE" for m in (spec.ENSEMBLE, *STEPS)), rows
+
+        repo.load(spec.ENSEMBLE)  # loading an ensemble loads its steps
+        assert all(repo.ready(m) for m in (spec.ENSEMBLE, *STEPS))
+    with EmbeddingClient(url(control_server, protocol), protocol) as client:
+        assert client.embed(["back again"]).shape == (1, spec.HIDDEN_SIZE)
+
+
+def test_cli_unload_load_and_ready_exit_codes(control_server):
+    assert cli(control_server, "models", "ready", spec.ENSEMBLE).returncode == 0
+    out = cli(control_server, "models", "unload", spec.ENSEMBLE, protocol="grpc")
+    assert out.returncode == 0, out.stderr
+    out = cli(control_server, "models", "ready", spec.ENSEMBLE)
+    assert out.returncode == 1 and "NOT READY" in out.stdout
+    out = cli(control_server, "models", "load", spec.ENSEMBLE)
+    assert out.returncode == 0, out.stderr
+    assert (
+        cli(control_server, "models", "ready", spec.ENCODER_MODEL, "--version", "1").returncode == 0
+    )
+    assert (
+        cli(control_server, "models", "ready", spec.ENCODER_MODEL, "--version", "2").returncode == 1
+    )
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_request_for_a_version_not_loaded_is_explained(control_server, protocol):
+    ids = np.array([[101, 7592, 102]], dtype=np.int64)
+    inputs = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    with TritonConnection(url(control_server, protocol), protocol) as conn:
+        with pytest.raises(
+            VersionNotLoaded,
+            match=r"version 2 of model 'text_embedding_encoder' is not loaded "
+            r"\(loaded versions: 1\)",
+        ):
+            conn.infer(spec.ENCODER_MODEL, inputs, [spec.ENCODER_OUTPUT], model_version="2")
+        out = conn.infer(spec.ENCODER_MODEL, inputs, [spec.ENCODER_OUTPUT], model_version="1")
+    assert out[spec.ENCODER_OUTPUT].shape == (1, spec.HIDDEN_SIZE)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_health_passes_with_a_real_inference(control_server, protocol):
+    with TritonConnection(url(control_server, protocol), protocol) as conn:
+        checks = check_health(conn)
+    expected = ["live", "ready"]
+    for model in DEFAULT_MODELS:  # text_embedding, ctr_ranking, ctr_session
+        expected += [f"{model} ready", f"{model} inference"]
+    assert [c.name for c in checks] == expected
+    assert all(c.ok for c in checks), checks
+    out = cli(control_server, "health", protocol=protocol)
+    assert out.returncode == 0 and out.stdout.count("ok  ") == len(expected), out.stdout
+
+
+def test_health_fails_when_a_step_cannot_serve(control_server):
+    """The server stays live, but the ensemble cannot answer: health must say so and exit
+    non-zero, while the liveness check alone passes."""
+    with repo_client(control_server, "http") as repo:
+        repo.unload(spec.NORMALIZE_MODEL)
+        repo.wait_until(spec.NORMALIZE_MODEL, [1], timeout_s=30)
+        try:
+            out = cli(control_server, "health")
+            assert out.returncode == 1, out.stdout
+            assert "FAIL text_embedding" in out.stdout, out.stdout
+            assert cli(control_server, "health", "--live").returncode == 0
+        finally:
+            repo.load(spec.ENSEMBLE)
+    assert cli(control_server, "health").returncode == 0

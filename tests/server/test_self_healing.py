@@ -1,0 +1,259 @@
+"""Issue 10: a dead Python step stays dead on Triton 2.51 (a stub killed as the OOM killer would,
+SIGKILL, is not restarted and every request through it fails), so the launcher's supervisor and
+``tritonrepo-client heal`` reload that step, and only it.
+
+One server for the module, supervised (a pass every second) while every kind of stub is killed
+under load, then without its supervisor for the CLI, for what must not be reloaded and for a
+step that fails to reload (its repository is its own: tokenize is a copy a test may break).
+Time to recovery and failures before it are printed (``pytest -s``), not asserted beyond a
+generous deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import client_cli, key_file, require_artifacts, server_options
+from tritonrepo.ctr import spec as ctr_spec
+from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo.server.launcher import TritonServer
+from tritonrepo.text import spec
+from tritonrepo_client import RepositoryClient, TritonConnection
+from tritonrepo_client.connection import ClientError
+from tritonrepo_client.control.healing.healer import Healer
+from tritonrepo_client.control.health import PROBES
+
+pytestmark = pytest.mark.server
+RANKING, SESSION = ctr_spec.RANKING_ENSEMBLE, ctr_spec.SESSION_MODEL
+# Stub kind -> the served models whose requests go through it.
+KINDS = {
+    spec.TOKENIZE_MODEL: (spec.ENSEMBLE,),
+    spec.NORMALIZE_MODEL: (spec.ENSEMBLE,),
+    spec.ENCODER_MODEL: (spec.ENSEMBLE,),
+    ctr_spec.PREPROCESS_MODEL: (RANKING,),
+    ctr_spec.POSTPROCESS_MODEL: (RANKING,),
+    ctr_spec.CORE_MODEL: (RANKING, SESSION),
+    SESSION: (SESSION,),
+}
+RECOVERY_DEADLINE_S = 45.0  # generous: two shared cores
+AFTER_RECOVERY_S = 1.5  # load kept up after a recovery, whose requests must all succeed
+
+
+@dataclass
+class Load:
+    """Client threads sending probe requests (checked outputs) to each served model in a loop:
+    per request (served model, start, end, error or None), seconds of time.monotonic()."""
+
+    url: str
+    models: tuple[str, ...]
+    pause_s: float = 0.02
+    results: list[tuple[str, float, float, str | None]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def __enter__(self) -> Load:
+        for model in self.models:
+            thread = threading.Thread(target=self._send, args=(model,), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def _send(self, model: str) -> None:
+        with TritonConnection(self.url, "http", timeout_s=30.0) as conn:
+            while not self._stop.is_set():
+                start, error = time.monotonic(), None
+                try:
+                    PROBES[model](conn, model)
+                except ClientError as exc:
+                    error = str(exc)
+                self.results.append((model, start, time.monotonic(), error))
+                time.sleep(self.pause_s)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(60)
+
+    def window(self, models: tuple[str, ...], since: float, until: float) -> list:
+        """Requests to ``models`` started in [since, until)."""
+        return [r for r in list(self.results) if r[0] in models and since <= r[1] < until]
+
+
+@pytest.fixture(scope="module")
+def healing_server(tmp_path_factory) -> Iterator[TritonServer]:
+    """All three served models, supervised (a pass every second), on a repository of its own:
+    symlinks to the real models, but a copy of the tokenize step (a test breaks it)."""
+    require_artifacts()
+    repo = tmp_path_factory.mktemp("repository")
+    for model in MODEL_REPOSITORY.iterdir():
+        if model.name != spec.TOKENIZE_MODEL and (model / "config.pbtxt").is_file():
+            (repo / model.name).symlink_to(model, target_is_directory=True)
+    shutil.copytree(
+        MODEL_REPOSITORY / spec.TOKENIZE_MODEL,
+        repo / spec.TOKENIZE_MODEL,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    options = server_options(
+        "test_self_healing", model_repository=repo, heal_interval_s=1.0, heal_backoff_s=2.0
+    )
+    with TritonServer(options) as server:
+        yield server
+
+
+def stub_pid(server: TritonServer, instance: str) -> int | None:
+    return next((s.pid for s in server.stub_processes() if s.instance == instance), None)
+
+
+def kill_and_wait_for_restore(server: TritonServer, kind: str) -> tuple[float, object, int]:
+    """SIGKILL ``kind``'s first stub; wait for the supervisor's "restored" report of ``kind``.
+
+    Returns (kill time, the report, the instance's new pid)."""
+    instance = f"{kind}_0_0"
+    old_pid = stub_pid(server, instance)
+    assert old_pid, f"no stub {instance}: {server.stub_processes()}"
+    seen = len(server.heal_reports)
+    killed_at = time.monotonic()
+    os.kill(old_pid, signal.SIGKILL)
+    while time.monotonic() - killed_at < RECOVERY_DEADLINE_S:
+        restored = [r for r in server.heal_reports[seen:] if r.step == kind and r.ok]
+        if restored:
+            new_pid = stub_pid(server, instance)
+            assert new_pid and new_pid != old_pid, f"{instance}: pid {old_pid} -> {new_pid}"
+            return killed_at, restored[0], new_pid
+        time.sleep(0.05)
+    raise AssertionError(
+        f"{kind} not restored within {RECOVERY_DEADLINE_S:.0f} s: {server.heal_reports[seen:]}"
+    )
+
+
+def test_a_dead_step_of_every_kind_is_restored_under_load(healing_server):
+    """Kill one stub of each kind while clients keep sending: the supervisor reloads that step
+    (a new pid for the instance), requests succeed again, none fails after the recovery."""
+    rows = []
+    with Load(healing_server.options.http_url, (spec.ENSEMBLE, RANKING, SESSION)) as load:
+        time.sleep(1.0)
+        for kind, served in KINDS.items():
+            killed_at, report, _ = kill_and_wait_for_restore(healing_server, kind)
+            recovered_at = time.monotonic()
+            time.sleep(AFTER_RECOVERY_S)
+            before = load.window(served, killed_at, recovered_at)
+            after = load.window(served, recovered_at, time.monotonic())
+            failed_after = [r for r in after if r[3] is not None]
+            assert after, f"{kind}: no request to {served} after the recovery"
+            assert not failed_after, f"{kind}: failed after recovery: {failed_after[:3]}"
+            failures = sum(r[3] is not None for r in before)
+            rows.append((kind, failures, len(before), recovered_at - killed_at, report))
+    print("\nkind                     failed/sent before  kill->restored  detection->probe ok")
+    for kind, failures, sent, seconds, report in rows:
+        counts = f"{failures}/{sent}"
+        print(f"{kind:<24} {counts:>18}  {seconds:12.1f} s  {report.recovery_s:17.1f} s")
+    assert set(KINDS) <= {r.step for r in healing_server.heal_reports if r.ok}
+    # Only the killed steps were reloaded: nothing else shows up in the supervisor's reports.
+    assert {r.step for r in healing_server.heal_reports} <= set(KINDS)
+
+
+# --- without a supervisor: the CLI, and what must not be reloaded ------------------------------
+
+
+@pytest.fixture
+def plain_server(healing_server) -> Iterator[TritonServer]:
+    """The module's server with its supervisor stopped (restarted afterwards)."""
+    healing_server.stop_supervisor()
+    yield healing_server
+    healing_server.start_supervisor(healing_server.options.heal_interval_s)
+
+
+def cli(server: TritonServer, *args: str):
+    key = key_file(server, server.options.log_file.parent)
+    return client_cli(
+        "--url", server.options.http_url, "--repository-key-file", str(key), *args, timeout=120
+    )
+
+
+def kill_stub(server: TritonServer, instance: str) -> int:
+    pid = stub_pid(server, instance)
+    assert pid, f"no stub {instance}"
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def test_cli_heal_restores_a_killed_stub(plain_server):
+    """No supervisor: the stub stays dead (health fails, naming it), `heal` reloads the step
+    (exit 0, a new pid), and a second `heal` has nothing to do but say the model serves."""
+    instance = f"{spec.TOKENIZE_MODEL}_0_0"
+    old_pid = kill_stub(plain_server, instance)
+    time.sleep(0.5)
+    health = cli(plain_server, "health", "--model", spec.ENSEMBLE)
+    assert health.returncode == 1, health.stdout
+    assert f"Stub process '{instance}' is not healthy" in health.stdout
+    out = cli(plain_server, "heal", "--model", spec.ENSEMBLE)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith(f"restored {spec.TOKENIZE_MODEL} (for {spec.ENSEMBLE}) in ")
+    assert f"ok   {spec.ENSEMBLE}" in out.stdout
+    new_pid = stub_pid(plain_server, instance)
+    assert new_pid and new_pid != old_pid
+    again = cli(plain_server, "heal", "--model", spec.ENSEMBLE)
+    assert again.returncode == 0 and again.stdout == f"ok   {spec.ENSEMBLE}\n", again.stdout
+    assert cli(plain_server, "health", "--model", spec.ENSEMBLE).returncode == 0
+
+
+def repo_client(server: TritonServer) -> RepositoryClient:
+    return RepositoryClient(server.options.http_url, key=server.options.repository_key)
+
+
+def test_a_failure_that_is_not_a_dead_step_is_not_reloaded(plain_server):
+    """An unloaded step (an operator's doing) is reported, exit 1, and stays unloaded."""
+    with repo_client(plain_server) as repo:
+        repo.unload(spec.NORMALIZE_MODEL)
+        repo.wait_until(spec.NORMALIZE_MODEL, [1], timeout_s=30)
+        try:
+            out = cli(plain_server, "heal", "--model", spec.ENSEMBLE)
+            assert out.returncode == 1, out.stdout
+            assert f"cannot heal {spec.ENSEMBLE} (not a dead step)" in out.stdout, out.stdout
+            assert f"FAIL {spec.ENSEMBLE}" in out.stdout
+            assert not repo.ready(spec.NORMALIZE_MODEL)
+        finally:
+            repo.load(spec.ENSEMBLE)
+    assert cli(plain_server, "health", "--model", spec.ENSEMBLE).returncode == 0
+
+
+BROKEN_STEP = """
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("this step cannot start (test_self_healing)")
+"""
+
+
+def test_a_step_that_fails_to_reload_backs_off_then_is_given_up(plain_server):
+    """The killed step's model.py now fails to initialize: each reload fails and is reported,
+    the next waits (backoff), and after max_attempts the step is reported, not reloaded."""
+    model_py = Path(plain_server.options.model_repository) / spec.TOKENIZE_MODEL / "1" / "model.py"
+    original = model_py.read_text()
+    kill_stub(plain_server, f"{spec.TOKENIZE_MODEL}_0_0")
+    model_py.write_text(BROKEN_STEP)
+    try:
+        with repo_client(plain_server) as repo:
+            healer = Healer(repo, (spec.ENSEMBLE,), max_attempts=2, backoff_s=3.0)
+            outcomes = []
+            deadline = time.monotonic() + 30
+            while "gave up" not in outcomes and time.monotonic() < deadline:
+                report = healer.heal_once()
+                assert not report.healthy
+                outcomes += [s.outcome for s in report.steps if s.step == spec.TOKENIZE_MODEL]
+                time.sleep(0.5)
+        assert outcomes[0] == "failed" and "backing off" in outcomes, outcomes
+        assert outcomes.count("failed") == 2 and outcomes[-1] == "gave up", outcomes
+    finally:
+        model_py.write_text(original)
+    with repo_client(plain_server) as repo:
+        report = Healer(repo, (spec.ENSEMBLE,)).heal_once()  # fixed: a new healer restores it
+    assert report.healthy and [s.outcome for s in report.steps] == ["restored"], report

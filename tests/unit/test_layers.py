@@ -1,0 +1,61 @@
+"""The import rule between the repository's layers (``tests/layers.py``,
+``docs/architecture.md``): the client imports nothing from ``tritonrepo``; stub-side code imports
+neither the server nor the client; the architecture page's graph is the one the source gives."""
+
+from __future__ import annotations
+
+import re
+
+from tests import layers
+
+
+def test_no_module_breaks_the_import_rule():
+    bad = layers.violations()
+    assert not bad, "\n".join(
+        f"{i.path}:{i.line}: {i.source_layer} may not import {i.module} ({i.target_layer})"
+        for i in bad
+    )
+
+
+def test_the_client_imports_nothing_from_tritonrepo():
+    client = [i for i in layers.all_imports() if i.path.startswith("client/")]
+    assert client, "no client imports were read"
+    assert not [i for i in client if i.module.split(".")[0] == "tritonrepo"]
+
+
+def test_a_forbidden_import_is_found_at_any_depth():
+    """The reader sees module-level, function-level and importlib imports; the rule flags the
+    client importing the server and a stub importing the client."""
+    source = (
+        "import tritonrepo.server.launcher\n"
+        "def f():\n"
+        "    from tritonrepo.server import preflight\n"
+        "    import importlib\n"
+        "    importlib.import_module('tritonrepo.paths')\n"
+    )
+    found = [module for _, module in layers.imports_in(source)]
+    assert found == [
+        "tritonrepo.server.launcher",
+        "tritonrepo.server",
+        "tritonrepo.server.preflight",
+        "tritonrepo.paths",
+    ]
+    fake = [
+        layers.Import("client/x.py", 1, "tritonrepo.server", "client: data plane", "server"),
+        layers.Import(
+            "tritonrepo/step/x.py", 1, "tritonrepo_client", "stub: step", "client: package"
+        ),
+        layers.Import(
+            "client/cli/x.py", 1, "tritonrepo_client.control", "client: cli", "client: control"
+        ),
+    ]
+    assert [i.path for i in layers.violations(fake)] == ["client/x.py", "tritonrepo/step/x.py"]
+
+
+def test_architecture_page_shows_the_current_graph():
+    page = (layers.ROOT / "docs" / "architecture.md").read_text()
+    shown = re.search(r"```mermaid\n(.*?)```", page, re.S)
+    assert shown, "docs/architecture.md has no mermaid block"
+    assert shown[1] == layers.mermaid(), (
+        "docs/architecture.md's graph is stale: paste the output of `python -m tests.layers`"
+    )

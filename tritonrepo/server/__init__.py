@@ -1,0 +1,3 @@
+"""The launcher process: tritonserver command and options, preflight, repository key, HTTP guard,
+supervisor.
+"""

@@ -1,0 +1,137 @@
+"""The ``tritonserver`` command line the launcher runs, and the checks before it starts it.
+
+:func:`tritonserver_command` is the whole command line of one server (the same for each restart
+of it: ports, ``--model-config-name``, ``--load-model`` list, repository key); :func:`preflight`
+refuses to start on a missing repository or model, a failing artifact check
+(:mod:`tritonrepo.server.preflight`) or a port in use. Used by
+:class:`tritonrepo.server.launcher.TritonServer`.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from tritonrepo.server import preflight as artifact_preflight
+from tritonrepo.server import repository_key
+from tritonrepo.server.embedded_server import LaunchError, tritonserver_binary, visible_gpus
+from tritonrepo.server.options import GPU_CONFIG_SETS, ServerOptions
+
+
+def check_port_free(host: str, port: int, what: str) -> None:
+    """Raise :class:`LaunchError` if ``host:port`` cannot be bound (``what`` names the endpoint)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise LaunchError(
+                f"{what} port {port} on {host} is already in use ({exc.strerror}); "
+                f"stop the other process or choose another port"
+            ) from None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now (for tests and parallel servers)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def tritonserver_command(
+    o: ServerOptions, backend_directory: Path, shm_prefix: str, http_port: int
+) -> list[str]:
+    """The full ``tritonserver`` command line for ``o``.
+
+    Args:
+        backend_directory: ``--backend-directory`` (``embedded_server.assemble_backend_directory``).
+        shm_prefix: the Python backend's shared-memory region prefix of this server.
+        http_port: the port of tritonserver's own HTTP endpoint (a private one on 127.0.0.1
+            behind the HTTP guard, else ``o.http_port``).
+    """
+    cmd = [
+        str(tritonserver_binary()),
+        f"--model-repository={Path(o.model_repository).resolve()}",
+        f"--backend-directory={backend_directory}",
+        "--model-control-mode=explicit",
+        f"--http-address={'127.0.0.1' if o.http_guard else o.host}",
+        f"--http-port={http_port}",
+        f"--grpc-address={o.host}",
+        f"--grpc-port={o.grpc_port}",
+        "--allow-metrics=true",
+        f"--metrics-address={o.host}",
+        f"--metrics-port={o.metrics_port}",
+        "--allow-gpu-metrics=false",
+        # Latency quantiles per model (nv_inference_request_summary_us{quantile="0.99"} and
+        # the queue/compute summaries), which the p99 alert and the dashboard read.
+        "--metrics-config=summary_latencies=true",
+        "--exit-on-error=false",
+        f"--exit-timeout-secs={o.exit_timeout_s}",
+        # Readiness is judged per served model with a probe (tritonrepo_client.control.health): a
+        # strict server turns not-ready when any unrelated model fails to load.
+        "--strict-readiness=false",
+        f"--log-verbose={o.log_verbose}",
+        f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+    ]
+    if o.repository_key:
+        restriction = repository_key.restriction(o.repository_key)
+        cmd += [
+            f"--http-restricted-api={restriction}",
+            f"--grpc-restricted-protocol={restriction}",
+        ]
+    if o.grpc_tls:
+        cmd += [
+            "--grpc-use-ssl=true",
+            f"--grpc-server-cert={Path(o.grpc_tls.cert).resolve()}",
+            f"--grpc-server-key={Path(o.grpc_tls.key).resolve()}",
+        ]
+        if o.grpc_tls.client_ca:
+            cmd += [
+                f"--grpc-root-cert={Path(o.grpc_tls.client_ca).resolve()}",
+                "--grpc-use-ssl-mutual=true",
+            ]
+    if o.model_config_name:
+        cmd.append(f"--model-config-name={o.model_config_name}")
+    pool = o.cuda_memory_pool_bytes
+    if pool is None:
+        pool = GPU_CONFIG_SETS.get(o.model_config_name or "")
+    if pool:
+        cmd += [f"--cuda-memory-pool-byte-size={gpu}:{pool}" for gpu in visible_gpus()]
+    cmd += [f"--load-model={m}" for m in o.models]
+    cmd += list(o.extra_args)
+    return cmd
+
+
+def preflight(o: ServerOptions) -> None:
+    """The checks before starting a server for ``o``.
+
+    Raises:
+        LaunchError: the repository or a model is missing, an artifact check fails (the first
+            error, :mod:`tritonrepo.server.preflight`), or a port (HTTP, gRPC, metrics, the
+            supervisor's) is in use on ``o.host``.
+    """
+    repo = Path(o.model_repository)
+    if not repo.is_dir():
+        raise LaunchError(f"model repository {repo} does not exist")
+    for name in o.models:
+        if not (repo / name).is_dir():
+            raise LaunchError(f"model '{name}' is not in the model repository {repo}")
+    errors = [
+        f for f in artifact_preflight.run(repo, o.models, o.model_config_name) if f.level == "error"
+    ]
+    if errors:
+        more = (
+            f" (and {len(errors) - 1} more: python -m tritonrepo.server.preflight)"
+            if errors[1:]
+            else ""
+        )
+        raise LaunchError(f"preflight: model '{errors[0].model}': {errors[0].message}{more}")
+    ports = [("HTTP", o.http_port), ("gRPC", o.grpc_port), ("metrics", o.metrics_port)]
+    if o.heal_interval_s and o.heal_metrics_port is not None:
+        ports.append(("self-healing metrics", o.heal_metrics_port))
+    for what, port in ports:
+        check_port_free(o.host, port, what)
+
+
+__all__ = ["check_port_free", "free_port", "preflight", "tritonserver_command"]

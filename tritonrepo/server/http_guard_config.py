@@ -1,0 +1,201 @@
+"""The HTTP guard's nginx configuration: ``deploy/guard/nginx.conf.template`` rendered with its
+settings (:class:`GuardSettings`) and file locations (:class:`GuardPaths`).
+
+Three renderings exist: a run directory of :class:`tritonrepo.server.http_guard.HttpGuard` (this
+host's Debian nginx + ``libnginx-mod-http-js``), and the two container ones committed to the tree
+(:data:`DEPLOY_TARGETS`: ``docker/compose.yaml``'s ``http-guard`` service and the Kubernetes
+sidecar, both the official ``nginx:1.27`` image). ``python -m tritonrepo.server.http_guard_config``
+rewrites the committed ones; ``tests/server/test_http_guard.py`` checks they are current.
+
+Both nginx builds put the njs module at ``/usr/lib/nginx/modules/ngx_http_js_module.so``
+(Debian: package ``libnginx-mod-http-js``; nginx.org's image: ``nginx-module-njs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonrepo.paths import REPO_ROOT
+
+GUARD_DIR = REPO_ROOT / "deploy" / "guard"
+TEMPLATE = GUARD_DIR / "nginx.conf.template"
+SCRIPT = GUARD_DIR / "kserve_guard.js"
+NJS_MODULE = Path("/usr/lib/nginx/modules/ngx_http_js_module.so")
+
+# Largest request body, bytes: Triton's own default input limit (--http-max-input-size, 64 MiB
+# in later releases) and docker/nginx.conf's client_max_body_size; 64 texts of the encoder's
+# 256 tokens or 32 encoded images are far below it.
+DEFAULT_MAX_BODY_BYTES = 64 << 20
+# Deepest JSON nesting, levels: a request object, its inputs array, an input object and up to
+# 17 levels of nested `data` (rank-17 tensors). Triton's own later limit (PR #8172) is 100
+# levels of `data`; njs' JSON.parse stops at 31.
+DEFAULT_MAX_DEPTH = 20
+# Largest input tensor (elements x datatype size), bytes: 1 GiB. A JSON input cannot reach it
+# within a 64 MiB body (at most one element per byte, 8 bytes each = 512 MiB); a shared-memory
+# input names its own region.
+DEFAULT_MAX_TENSOR_BYTES = 1 << 30
+# Largest JSON text the guard parses (a JSON body, or the JSON header of a binary request),
+# bytes: njs' JSON.parse builds the whole value in the worker's memory and blocks its event
+# loop while it does (about 0.1 s per MB here), so large tensors must come as binary data.
+# 64 JSON texts of 64 KiB each (the tokenizer's limit per text) fit in 4 MiB.
+DEFAULT_MAX_JSON_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    """What the guard accepts and where it forwards.
+
+    Attributes:
+        listen: nginx ``listen`` address, ``host:port`` (``[::]:port`` for IPv6).
+        upstream: Triton's HTTP endpoint, ``host:port``.
+        max_body_bytes: largest request body, bytes (larger: 413).
+        max_depth: deepest JSON nesting of a request body, levels (deeper: 400).
+        max_tensor_bytes: largest input tensor, elements x datatype size, bytes (larger: 400).
+        max_json_bytes: largest JSON text parsed (a JSON body or the JSON header of a binary
+            request), bytes (larger: 413).
+        workers: nginx ``worker_processes`` (``auto`` = one per core).
+        resolve: re-resolve the upstream's name while running (``server ... resolve``, nginx
+            >= 1.27.3) with this DNS server; None = resolve once at start.
+    """
+
+    listen: str
+    upstream: str
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_depth: int = DEFAULT_MAX_DEPTH
+    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES
+    max_json_bytes: int = DEFAULT_MAX_JSON_BYTES
+    workers: str = "auto"
+    resolve: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_depth", "max_tensor_bytes", "max_json_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+
+
+@dataclass(frozen=True)
+class GuardPaths:
+    """Where the rendered nginx finds and writes its files (absolute paths, or ``stderr``)."""
+
+    pid: str
+    error_log: str
+    access_log: str
+    temp_dir: str
+    njs_script: str
+    njs_module: str = str(NJS_MODULE)
+
+    @classmethod
+    def run_dir(cls, run_dir: Path) -> GuardPaths:
+        """Everything inside ``run_dir``: nginx.pid, error.log, refusals.log, temp/, the script."""
+        run_dir = Path(run_dir).resolve()
+        return cls(
+            pid=str(run_dir / "nginx.pid"),
+            error_log=str(run_dir / "error.log"),
+            access_log=str(run_dir / "refusals.log"),
+            temp_dir=str(run_dir / "temp"),
+            njs_script=str(run_dir / SCRIPT.name),
+        )
+
+
+def listen_address(host: str, port: int) -> str:
+    """``host:port`` as nginx's ``listen`` and ``server`` take it (IPv6 in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def render(settings: GuardSettings, paths: GuardPaths) -> str:
+    """The nginx.conf text.
+
+    Raises:
+        ValueError: a placeholder of the template has no value (template and renderer disagree).
+    """
+    if settings.resolve:
+        upstream = (
+            "    zone triton 64k;\n"
+            f"    resolver {settings.resolve} valid=10s ipv6=off;\n"
+            f"    server {settings.upstream} resolve;"
+        )
+    else:
+        upstream = f"    server {settings.upstream};"
+    values = {
+        "NJS_MODULE": paths.njs_module,
+        "WORKERS": settings.workers,
+        "PID": paths.pid,
+        "ERROR_LOG": paths.error_log,
+        "ACCESS_LOG": paths.access_log,
+        "TEMP": paths.temp_dir,
+        "NJS_SCRIPT": paths.njs_script,
+        "MAX_DEPTH": str(settings.max_depth),
+        "MAX_TENSOR_BYTES": str(settings.max_tensor_bytes),
+        "MAX_JSON_BYTES": str(settings.max_json_bytes),
+        "MAX_BODY": str(settings.max_body_bytes),
+        "UPSTREAM": upstream,
+        "LISTEN": settings.listen,
+    }
+    text = TEMPLATE.read_text()
+    for name, value in values.items():
+        text = text.replace(f"@@{name}@@", value)
+    left = re.findall(r"@@[A-Z_]+@@", text)
+    if left:
+        raise ValueError(f"{TEMPLATE} has placeholders without a value: {', '.join(left)}")
+    return text
+
+
+def write_run_dir(settings: GuardSettings, run_dir: Path) -> Path:
+    """Render into ``run_dir`` (created): nginx.conf, the njs script, temp/. Returns the conf."""
+    run_dir = Path(run_dir)
+    paths = GuardPaths.run_dir(run_dir)
+    Path(paths.temp_dir).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(SCRIPT, paths.njs_script)
+    conf = run_dir / "nginx.conf"
+    conf.write_text(render(settings, paths))
+    return conf
+
+
+# The container renderings: nginx.org's image, config and script mounted at /etc/nginx/guard/,
+# pid and temp files on the writable /tmp, logs to the container's stderr/stdout.
+CONTAINER_PATHS = GuardPaths(
+    pid="/tmp/nginx.pid",
+    error_log="stderr",
+    access_log="/dev/stdout",
+    temp_dir="/tmp",
+    njs_script="/etc/nginx/guard/kserve_guard.js",
+)
+# docker/compose.yaml: Triton is the service `triton` (Docker's DNS at 127.0.0.11, re-resolved:
+# a restarted triton container may get another address). Kubernetes: a sidecar of the pod.
+DEPLOY_TARGETS: dict[Path, GuardSettings] = {
+    REPO_ROOT / "docker" / "guard.nginx.conf": GuardSettings(
+        listen="8000", upstream="triton:8000", resolve="127.0.0.11", workers="2"
+    ),
+    REPO_ROOT / "deploy" / "kubernetes" / "base" / "guard" / "nginx.conf": GuardSettings(
+        listen="8080", upstream="127.0.0.1:8000", workers="2"
+    ),
+}
+# Copies of the script where the deployments read it (kustomize reads files below its folder).
+SCRIPT_COPIES = (REPO_ROOT / "deploy" / "kubernetes" / "base" / "guard" / SCRIPT.name,)
+
+
+def deploy_files() -> dict[Path, str]:
+    """Every committed rendering and script copy, with the text it must have."""
+    files = {path: render(settings, CONTAINER_PATHS) for path, settings in DEPLOY_TARGETS.items()}
+    files.update({path: SCRIPT.read_text() for path in SCRIPT_COPIES})
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite the committed renderings (after changing the template, script or settings)."""
+    argparse.ArgumentParser(description=main.__doc__).parse_args(argv)
+    for path, text in deploy_files().items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.is_file() or path.read_text() != text:
+            path.write_text(text)
+            print(f"wrote {path.relative_to(REPO_ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

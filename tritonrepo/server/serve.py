@@ -1,0 +1,320 @@
+"""``tritonrepo-serve`` (``make serve``): run the embedded server until interrupted.
+
+Options, the repository key (:mod:`tritonrepo.server.repository_key`) and the lifecycle of one
+:class:`tritonrepo.server.launcher.TritonServer`; every failure is one line on stderr and exit code
+1. By default HTTP is served through the HTTP guard (nginx + njs:
+:mod:`tritonrepo.server.http_guard`) and a ``tritonserver`` that dies is restarted
+(:mod:`tritonrepo.server.restart`); the restart lines go to stderr, and when the crash-loop bound is
+reached ``serve`` exits 1 saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
+from tritonrepo.server import repository_key
+from tritonrepo.server.launcher import (
+    DEFAULT_MODELS,
+    GrpcServerTls,
+    LaunchError,
+    ServerOptions,
+    TritonServer,
+)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line options of ``python -m tritonrepo.server.serve`` (``tritonrepo-serve``)."""
+    p = argparse.ArgumentParser(
+        prog="tritonrepo-serve",
+        description="Run the embedded tritonserver on this model repository until interrupted.",
+    )
+    p.add_argument("--model-repository", type=Path, default=MODEL_REPOSITORY)
+    p.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        help=f"model to load at start (repeatable; default: {', '.join(DEFAULT_MODELS)})",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind HTTP, gRPC and metrics to (default 127.0.0.1)",
+    )
+    p.add_argument(
+        "--expose", action="store_true", help="bind to 0.0.0.0 (all interfaces) instead of --host"
+    )
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument(
+        "--model-config-name",
+        default="cpu",
+        help="configs/<name>.pbtxt to use for every model ('' = config.pbtxt)",
+    )
+    p.add_argument("--log-file", type=Path, default=BUILD_DIR / "tritonserver.log")
+    p.add_argument("--log-verbose", type=int, default=0)
+    p.add_argument("--startup-timeout", type=float, default=180.0, help="seconds")
+    p.add_argument(
+        "--exit-timeout",
+        type=int,
+        default=30,
+        help="seconds Triton waits on stop for in-flight requests and open HTTP connections "
+        "(--exit-timeout-secs; default 30); it is killed 10 s after that",
+    )
+    p.add_argument(
+        "--no-restart",
+        action="store_true",
+        help="do not restart a tritonserver that dies (by default it is restarted on the same "
+        "ports with exponential backoff from 1 s to 30 s, up to --restart-limit times in 10 "
+        "minutes)",
+    )
+    p.add_argument(
+        "--restart-limit",
+        type=int,
+        default=5,
+        help="restarts allowed within 10 minutes; the next crash is a crash loop and serve "
+        "exits 1 (default 5)",
+    )
+    p.add_argument(
+        "--no-http-guard",
+        action="store_true",
+        help="serve HTTP from tritonserver directly instead of through the HTTP guard (nginx + "
+        "njs, which refuses requests that end Triton 2.51); only on a loopback address unless "
+        "--insecure",
+    )
+    p.add_argument(
+        "--heal-interval",
+        type=float,
+        default=10.0,
+        help="seconds between self-healing passes: probe every model and reload a step whose "
+        "Python stub process died (default 10; 0 = off)",
+    )
+    p.add_argument(
+        "--heal-metrics-port",
+        type=int,
+        default=8003,
+        help="port of the self-healing supervisor's Prometheus metrics (model ready, step "
+        "restarts; default 8003; 0 = off)",
+    )
+    p.add_argument("--grpc-tls-cert", type=Path, help="PEM certificate: serve gRPC over TLS")
+    p.add_argument("--grpc-tls-key", type=Path, help="PEM private key of --grpc-tls-cert")
+    p.add_argument(
+        "--grpc-tls-client-ca",
+        type=Path,
+        help="PEM CA of client certificates: require mutual TLS on gRPC",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow --no-repository-key or --no-http-guard on a non-loopback address (anyone "
+        "who reaches the ports may load models, register shared memory and change logging, or "
+        "end the server with one request)",
+    )
+    keys = p.add_mutually_exclusive_group()
+    keys.add_argument(
+        "--repository-key-file",
+        type=Path,
+        help="file holding the key that guards load/unload/index (default: "
+        f"${repository_key.ENV_KEY}, ${repository_key.ENV_KEY_FILE}, or a new random key "
+        f"in {repository_key.DEFAULT_KEY_FILE.relative_to(REPO_ROOT)})",
+    )
+    keys.add_argument(
+        "--no-repository-key",
+        action="store_true",
+        help="leave the admin APIs (model repository, shared memory, logging, trace) open to "
+        "anyone who reaches the ports (unsafe)",
+    )
+    return p.parse_args(argv)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) only accepts connections from this
+    machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def exposure_problem(
+    host: str, open_admin: bool, insecure: bool, unguarded: bool = False
+) -> str | None:
+    """Why serving on ``host`` must be refused, or None: the admin APIs without a key, or HTTP
+    without the guard, on an address other machines can reach, unless ``insecure``."""
+    if insecure or is_loopback(host):
+        return None
+    if open_admin:
+        return (
+            f"refusing to serve on {host} with --no-repository-key: anyone who reaches the "
+            "ports could load models, register shared memory and change logging; drop "
+            "--no-repository-key (the key locks those APIs), or add --insecure"
+        )
+    if unguarded:
+        return (
+            f"refusing to serve on {host} with --no-http-guard: one request of about 200 bytes "
+            "can end Triton 2.51 (see docs/operations/recovery.md); drop --no-http-guard, or "
+            "add --insecure"
+        )
+    return None
+
+
+def launcher_key(args: argparse.Namespace) -> tuple[str | None, str]:
+    """The repository key for ``main`` and a sentence saying where it came from.
+
+    Raises:
+        repository_key.RepositoryKeyError: a named key file cannot be read.
+    """
+    if args.no_repository_key:
+        return None, "model-repository API (load/unload/index) is OPEN: no key"
+    found = repository_key.find_key(args.repository_key_file)
+    if found:
+        return found[0], f"model-repository API key from {found[1]}"
+    key = repository_key.create_key_file()
+    return key, f"model-repository API key written to {repository_key.DEFAULT_KEY_FILE}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve until SIGINT/SIGTERM; exit 1 with a one-line reason if the server cannot start."""
+    args = parse_args(argv)
+    host = "0.0.0.0" if args.expose else args.host
+    problem = exposure_problem(host, args.no_repository_key, args.insecure, args.no_http_guard)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
+    if args.exit_timeout < 0 or args.restart_limit < 0:
+        print("error: --exit-timeout and --restart-limit must be >= 0", file=sys.stderr)
+        return 1
+    if (args.grpc_tls_cert is None) != (args.grpc_tls_key is None) or (
+        args.grpc_tls_client_ca and args.grpc_tls_cert is None
+    ):
+        print("error: gRPC TLS needs both --grpc-tls-cert and --grpc-tls-key", file=sys.stderr)
+        return 1
+    if args.heal_interval < 0:
+        print("error: --heal-interval must be >= 0 seconds (0 = off)", file=sys.stderr)
+        return 1
+    tls = (
+        GrpcServerTls(args.grpc_tls_cert, args.grpc_tls_key, args.grpc_tls_client_ca)
+        if args.grpc_tls_cert
+        else None
+    )
+    try:
+        key, key_note = launcher_key(args)
+    except repository_key.RepositoryKeyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    options = ServerOptions(
+        model_repository=args.model_repository,
+        models=tuple(args.models or DEFAULT_MODELS),
+        host=host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        model_config_name=args.model_config_name or None,
+        log_file=args.log_file,
+        log_verbose=args.log_verbose,
+        startup_timeout_s=args.startup_timeout,
+        repository_key=key,
+        grpc_tls=tls,
+        heal_interval_s=args.heal_interval or None,
+        heal_metrics_port=args.heal_metrics_port or None,
+        exit_timeout_s=args.exit_timeout,
+        restart_on_crash=not args.no_restart,
+        restart_limit=args.restart_limit,
+        http_guard=not args.no_http_guard,
+    )
+    server = TritonServer(options)
+    print(
+        f"starting tritonserver (models: {', '.join(options.models)}; log: {options.log_file})",
+        flush=True,
+    )
+    try:
+        server.start()
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        server.stop()
+        return 130
+    print(key_note, flush=True)
+    if not is_loopback(host):
+        print(
+            f"reachable from other machines on {host}: HTTP :{options.http_port}, gRPC "
+            f":{options.grpc_port} (health, metadata, inference, configs and statistics without "
+            f"a key), metrics :{options.metrics_port} (no key)",
+            flush=True,
+        )
+    if options.http_guard:
+        print(
+            f"HTTP is behind the HTTP guard (nginx + njs) on {host}:{options.http_port}, "
+            f"forwarding to tritonserver on {server.triton_http_url} (--no-http-guard = off)",
+            flush=True,
+        )
+    if options.heal_interval_s:
+        print(
+            f"self-healing: every {options.heal_interval_s:g} s, a probe per model; a step whose "
+            "stub died is reloaded and logged as 'heal: ...' (--heal-interval 0 = off)"
+            + (f"; its metrics: {options.heal_metrics_url}" if options.heal_metrics_url else ""),
+            flush=True,
+        )
+    if options.restart_on_crash:
+        print(
+            f"restart on crash: a tritonserver that dies is restarted on the same ports (up to "
+            f"{options.restart_limit} times in {options.restart_window_s:g} s), logged as "
+            "'tritonserver died: ...' (--no-restart = off)",
+            flush=True,
+        )
+    print(
+        f"ready: HTTP {options.http_url}  gRPC {options.grpc_url}  "
+        f"metrics {options.metrics_url}  (Ctrl-C to stop)",
+        flush=True,
+    )
+    return serve_until_stopped(server)
+
+
+def serve_until_stopped(server: TritonServer) -> int:
+    """Wait for SIGINT/SIGTERM (exit 0 after a clean stop) or for the server to be down for
+    good (exit 1: it died without restarts, or restarting it reached the crash-loop bound)."""
+    options = server.options
+    stopping = False
+
+    def _stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    down = None
+    try:
+        while not stopping and down is None:
+            time.sleep(0.5)
+            down = server.down_reason()
+    finally:
+        if down is None:
+            print(
+                f"stopping tritonserver (in-flight requests and open HTTP connections get up to "
+                f"{options.exit_timeout_s} s; killed after {options.stop_bound_s:g} s)",
+                flush=True,
+            )
+        started = time.monotonic()
+        code = server.stop()
+    if down is not None:
+        print(f"error: {down}", file=sys.stderr)
+        return 1
+    print(
+        f"tritonserver stopped in {time.monotonic() - started:.1f} s (exit code {code})",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""Base class for the Python-backend models: per-request errors, joint batch processing.
+
+Triton's dynamic batcher hands ``execute`` a list of requests. :class:`PythonStep` reads every
+request's inputs, lets the subclass validate each one (:meth:`PythonStep.prepare`), runs all valid
+ones together (:meth:`PythonStep.run`) and answers each request on its own: a bad request gets an
+``InferenceResponse(error=...)`` and the others in the batch are served. Nothing is raised out of
+``execute`` (that would fail every request of the batch). Every error answer is also written
+to the server log with the model and the request id, rate-limited
+(:mod:`tritonrepo.step.error_log`).
+
+``triton_python_backend_utils`` only exists inside the Python backend stub, so it is imported in
+:meth:`PythonStep.initialize`; the rest of this package is importable (and tested) without it.
+
+Tensors are numpy arrays by default. A step that sets ``tensor_library = "torch"`` (the GPU
+steps) gets ``torch`` tensors through DLPack instead, on whatever device Triton placed them
+(with ``FORCE_CPU_ONLY_INPUT_TENSORS`` "no", a GPU tensor from the previous ensemble step stays on
+the GPU), and may return ``torch`` tensors, which leave through DLPack without a host copy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tritonrepo.step.error_log import ErrorLog
+from tritonrepo.step.errors import InvalidRequest
+from tritonrepo.step.metrics import StepErrorCounters, error_kind
+
+Outputs = dict[str, np.ndarray]
+
+
+class PythonStep:
+    """A Python-backend model; subclasses implement :meth:`setup`, :meth:`prepare` and :meth:`run`.
+
+    Attributes set by :meth:`initialize`: ``model_config`` (dict), ``model_name``,
+    ``version_dir`` (Path of the loaded version folder), ``parameters`` (the config's
+    ``parameters`` as ``{key: string_value}``), ``device`` (``"cuda:N"`` for a ``KIND_GPU``
+    instance on GPU N, else ``"cpu"``).
+    """
+
+    tensor_library = "numpy"  # or "torch": inputs and outputs through DLPack (module docstring)
+
+    def initialize(self, args: dict[str, str]) -> None:
+        """Called once per instance by the Python backend with its ``args`` dict."""
+        import triton_python_backend_utils as pb_utils
+
+        self.pb_utils = pb_utils
+        self.model_config: dict[str, Any] = json.loads(args["model_config"])
+        self.model_name = args["model_name"]
+        self.version_dir = Path(args["model_repository"]) / args["model_version"]
+        gpu = args.get("model_instance_kind") == "GPU"
+        self.device = f"cuda:{args.get('model_instance_device_id', '0')}" if gpu else "cpu"
+        self.parameters = {
+            key: value.get("string_value", "")
+            for key, value in self.model_config.get("parameters", {}).items()
+        }
+        self.error_log = ErrorLog(pb_utils.Logger.log_warn)
+        self.error_counters = StepErrorCounters(
+            pb_utils,
+            self.model_name,
+            args.get("model_version", ""),
+            args.get("model_instance_name", ""),
+        )
+        self.output_dtypes = {
+            out["name"]: pb_utils.triton_string_to_numpy(out["data_type"])
+            for out in self.model_config["output"]
+        }
+        self.setup()
+
+    # --- to implement -------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Load what the model needs (files in ``version_dir``, ``parameters``)."""
+
+    def prepare(self, inputs: dict[str, np.ndarray]) -> Any:
+        """Validate one request's inputs and return what :meth:`run` consumes.
+
+        Raises:
+            InvalidRequest: the request cannot be served; only that request gets the error.
+        """
+        return inputs
+
+    def run(self, items: list[Any]) -> list[Outputs | Exception]:
+        """Compute outputs for all prepared requests of the batch, one entry per request.
+
+        An entry may be an exception: that request gets it as its error.
+        """
+        raise NotImplementedError
+
+    # --- the Python backend interface -----------------------------------------------------------
+    def parameter(self, key: str, default: str | None = None) -> str:
+        """A config parameter's string value.
+
+        Raises:
+            KeyError: the parameter is missing and no default was given.
+        """
+        if key in self.parameters:
+            return self.parameters[key]
+        if default is None:
+            raise KeyError(f"model '{self.model_name}' config lacks parameter '{key}'")
+        return default
+
+    def artifact(self, filename: str) -> Path:
+        """Path of a built artifact in the version folder.
+
+        Raises:
+            FileNotFoundError: it has not been built (the message says how to build it).
+        """
+        path = self.version_dir / filename
+        if not path.is_file():
+            raise FileNotFoundError(f"artifact {path} is missing; build it with `make artifacts`")
+        return path
+
+    def read_inputs(self, request: Any) -> dict[str, Any]:
+        """The request's input tensors as numpy arrays (``torch`` tensors when
+        ``tensor_library`` is ``"torch"``), keyed by config input name.
+
+        Raises:
+            InvalidRequest: a required input is missing.
+        """
+        inputs = {}
+        for spec in self.model_config["input"]:
+            tensor = self.pb_utils.get_input_tensor_by_name(request, spec["name"])
+            if tensor is None:
+                if spec.get("optional", False):
+                    continue
+                raise InvalidRequest(f"input '{spec['name']}' is missing")
+            if self.tensor_library == "torch":
+                import torch
+
+                inputs[spec["name"]] = torch.from_dlpack(tensor.to_dlpack())
+            else:
+                inputs[spec["name"]] = tensor.as_numpy()
+        return inputs
+
+    @staticmethod
+    def host_array(tensor: Any) -> np.ndarray:
+        """A ``pb_utils.Tensor`` as a numpy array in host memory: a BLS response from a model
+        on the GPU (e.g. ``ctr_model`` in the ``torch_gpu`` set) is copied from the device
+        through DLPack (``as_numpy`` refuses GPU tensors)."""
+        if tensor.is_cpu():
+            return tensor.as_numpy()
+        import torch
+
+        return torch.from_dlpack(tensor.to_dlpack()).cpu().numpy()
+
+    def error_response(self, message: str, invalid_argument: bool = True) -> Any:
+        """An ``InferenceResponse`` carrying ``message`` as its error."""
+        pb = self.pb_utils
+        code = getattr(pb.TritonError, "INVALID_ARG" if invalid_argument else "INTERNAL", None)
+        error = pb.TritonError(message) if code is None else pb.TritonError(message, code)
+        return pb.InferenceResponse(error=error)
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """Answer every request; never raises."""
+        responses: list[Any] = [None] * len(requests)
+        positions, items = [], []
+        for i, request in enumerate(requests):
+            try:
+                items.append(self.prepare(self.read_inputs(request)))
+                positions.append(i)
+            except InvalidRequest as exc:
+                responses[i] = self._error(request, f"{self.model_name}: {exc}", error_kind(exc))
+            except Exception as exc:  # a bug must not take the other requests down
+                message = f"{self.model_name}: internal error: {exc!r}"
+                responses[i] = self._error(request, message, "internal")
+        if items:
+            try:
+                results = self.run(items)
+            except Exception as exc:
+                results = [exc] * len(items)
+            for i, result in zip(positions, results, strict=True):
+                responses[i] = self._response(requests[i], result)
+        return responses
+
+    def _error(self, request: Any, message: str, kind: str) -> Any:
+        """The error answer to ``request``, also written to the server log (rate-limited) and
+        counted in ``tritonrepo_step_errors_total`` under ``kind``
+        (:data:`tritonrepo.step.metrics.ERROR_KINDS`)."""
+        counters = getattr(self, "error_counters", None)
+        if counters is not None:
+            counters.count(kind)
+        log = getattr(self, "error_log", None)
+        if log is not None:
+            try:
+                request_id = request.request_id()
+            except Exception:
+                request_id = ""
+            log.error(self.model_name, request_id, message)
+        return self.error_response(message, invalid_argument=kind != "internal")
+
+    def _response(self, request: Any, result: Outputs | Exception) -> Any:
+        if isinstance(result, Exception):
+            return self._error(request, f"{self.model_name}: {result}", error_kind(result))
+        tensors = [self._tensor(name, value) for name, value in result.items()]
+        return self.pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def _tensor(self, name: str, value: Any) -> Any:
+        """An output tensor: numpy values are cast to the config's dtype; ``torch`` tensors
+        (already of that dtype) leave through DLPack, on their device."""
+        if isinstance(value, np.ndarray):
+            return self.pb_utils.Tensor(
+                name, np.ascontiguousarray(value, dtype=self.output_dtypes[name])
+            )
+        from torch.utils.dlpack import to_dlpack
+
+        return self.pb_utils.Tensor.from_dlpack(name, to_dlpack(value.contiguous()))
+
+    def finalize(self) -> None:
+        """Called once when the instance is unloaded."""

@@ -7,9 +7,9 @@ One run measures, one system after another on the same inputs (``benchmarks/inpu
 in-process baselines, the naive FastAPI servers, and the Triton ensembles with their variants
 (``benchmarks/text_embedding.py``, ``benchmarks/ctr.py``, ``benchmarks/image.py``). It checks
 every system's outputs before timing it, then writes ``results.json``, ``report.md`` (a table per
-workload and the targets of issue 8 as ratios from this run) and PNG plots of throughput and
-p50/p95/p99 latency against concurrency into ``build/bench/``. ``--quick`` (CI) takes a few
-seconds per system and asserts no speed.
+workload and the speed comparisons of ``benchmarks.targets`` as ratios from this run) and PNG
+plots of throughput and p50/p95/p99 latency against concurrency into ``build/bench/``.
+``--quick`` (CI) takes a few seconds per system and asserts no speed.
 """
 
 from __future__ import annotations

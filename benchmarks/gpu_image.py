@@ -322,8 +322,8 @@ def run_section(
 
 def summary(systems: list[System]) -> list[str]:
     """Markdown lines: the served peak (one image per request) against in-process PyTorch FP16
-    at its best batch (goal ≥ 1.0×), the pooled-preprocessing and model-alone rows, and whether
-    the served top-5 equals in-process PyTorch's."""
+    at its best batch (ratio checked against ≥ 1.0×), the pooled-preprocessing and model-alone
+    rows, and whether the served top-5 equals in-process PyTorch's."""
     baselines = [s for s in systems if s.key.startswith("torch_fp16_b")]
     server = next((s for s in systems if s.key == "triton_gpu_single" and s.peak()), None)
     lines = ["## image_classification", ""]

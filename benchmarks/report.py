@@ -55,7 +55,7 @@ def header(run: Run) -> list[str]:
 
 
 def targets_table(targets: list[Target]) -> list[str]:
-    """The targets with value, goal and verdict."""
+    """The comparisons of :mod:`benchmarks.targets`: measured ratio, bound and verdict."""
     lines = [
         "## Targets (ratios from this run)",
         "",

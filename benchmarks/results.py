@@ -18,14 +18,14 @@ class System:
 
     Attributes:
         workload: ``"text_embedding"``, ``"ctr_ranking"`` or ``"ctr_session"``.
-        key: short identifier used by the targets (e.g. ``"triton_fp32"``).
+        key: short identifier used by the comparisons (e.g. ``"triton_fp32"``).
         name: what the table shows.
         load: ``"perf_analyzer"``, ``"python"`` (the Python load generator) or ``IN_PROCESS``.
         accuracy: what the table shows next to the speed (e.g. ``"min cos 0.99908"``).
         levels: one :class:`Measurement` per concurrency level; in-process systems have one
             entry with ``concurrency`` 0.
         notes: short remarks (e.g. the average executed batch per level).
-        values: numbers the report and targets use (e.g. ``{"min_cosine": 0.999}``).
+        values: numbers the report and comparisons use (e.g. ``{"min_cosine": 0.999}``).
     """
 
     workload: str

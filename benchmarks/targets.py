@@ -1,7 +1,8 @@
-"""The speed targets of issue 8, evaluated on one run's results (ratios from the same run).
+"""The speed comparisons of ``make bench``, each a ratio of two systems of one run checked
+against a bound (e.g. served ≥ 2.8× in-process sentence-transformers at batch 32).
 
-Each target compares two systems measured minutes apart on the same inputs, so machine speed
-cancels out; what remains is the noise of a shared machine (seen here: ±15 % run to run).
+Each comparison puts two systems measured minutes apart on the same inputs side by side, so machine
+speed cancels out; what remains is the noise of a shared machine (seen here: ±15 % run to run).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ MIN_COSINE = 0.99
 
 @dataclass(frozen=True)
 class Target:
-    """One target: ``value`` against ``goal``; ``higher`` says which side passes."""
+    """One comparison: the measured ratio ``value`` against the bound ``goal``; ``higher`` says
+    which side passes (``value >= goal`` when True, ``value <= goal`` otherwise)."""
 
     name: str
     value: float | None
@@ -78,7 +80,8 @@ def best_served_ranking(run: Run) -> System | None:
 
 
 def evaluate(run: Run) -> list[Target]:
-    """Every target of issue 8 that this run's systems allow."""
+    """Every comparison that this run's measured systems allow (one needing an unmeasured system
+    has ``value`` None)."""
     find = run.find
     st32, st1 = find(TEXT, "st_b32"), find(TEXT, "st_b1")
     fp32, naive = find(TEXT, "triton_fp32"), find(TEXT, "naive")

@@ -23,6 +23,7 @@ from tritonrepo_client.aio import (
     AsyncRankingClient,
     AsyncSession,
     AsyncSessionClient,
+    AsyncTritonConnection,
 )
 from tritonrepo_client.classify import (
     AsyncClassificationClient,
@@ -59,6 +60,7 @@ __all__ = [
     "AsyncRankingClient",
     "AsyncSession",
     "AsyncSessionClient",
+    "AsyncTritonConnection",
     "CanaryResult",
     "Check",
     "Classification",

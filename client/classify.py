@@ -1,113 +1,48 @@
-"""Client of the ``image_classification`` ensemble: image files in, ImageNet labels out."""
+"""Clients of the ``image_classification`` ensemble, image files in, ImageNet labels out:
+:class:`ClassificationClient` (threads) and :class:`AsyncClassificationClient` (asyncio).
+Requests and answers: :mod:`tritonrepo_client.classify_requests`."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from tritonrepo_client.aio import AsyncModelClient
-from tritonrepo_client.connection import ClientError, ModelClient, build_request
-from tritonrepo_client.scheduling import scheduling_kwargs
+from tritonrepo_client.async_connection import AsyncModelClient
+from tritonrepo_client.classify_requests import (
+    CLASS_COUNT_OUTPUT,
+    NUM_CLASSES,
+    OUTPUTS,
+    Classification,
+    batches,
+    check_top_k,
+    class_count_request,
+    classifications,
+    image_list,
+    parse_class_strings,
+    read_image,
+    request,
+)
+from tritonrepo_client.connection import ClientError, ModelClient
+
+Image = bytes | str | Path
+Outcome = Classification | ClientError | OSError
 
 
-@dataclass(frozen=True)
-class Classification:
-    """One image's top-K: ``labels`` (ImageNet class names) and ``scores`` (softmax
-    probabilities, descending), equally long."""
-
-    labels: list[str]
-    scores: list[float]
-
-    def as_dict(self) -> dict:
-        return {"labels": self.labels, "scores": self.scores}
+def _prepared(images: Sequence[Image], top_k: int) -> list[bytes]:
+    """The checked images' file bytes (ValueError / OSError before anything is sent)."""
+    checked = image_list(images)
+    check_top_k(top_k)
+    return [read_image(image) for image in checked]
 
 
-def read_image(image: bytes | str | Path) -> bytes:
-    """An image given as bytes or as a path → its file's bytes (not decoded: the server does).
-
-    Raises:
-        OSError: the path cannot be read.
-    """
-    return bytes(image) if isinstance(image, bytes | bytearray) else Path(image).read_bytes()
-
-
-def image_list(images: object, what: str = "classify()") -> list[bytes | str | Path]:
-    """``images`` as a list, checked: a list of images, not one image.
-
-    Raises:
-        ValueError: ``images`` is one image (a ``str``/``Path`` path or ``bytes``: iterating it
-            would send each character or byte as an image), an item is neither bytes nor a
-            path, or there are none.
-    """
-    if isinstance(images, str | bytes | bytearray | Path):
-        raise ValueError(
-            f"{what} takes a list of images (file bytes or paths), not one "
-            f"{type(images).__name__}: wrap it in a list, e.g. {what[:-2]}([image])"
-        )
-    items = list(images)  # type: ignore[call-overload]
-    for i, item in enumerate(items):
-        if not isinstance(item, str | bytes | bytearray | Path):
-            raise ValueError(
-                f"{what}: image {i} is a {type(item).__name__}; pass the file's bytes or its path"
-            )
-    if not items:
-        raise ValueError(f"{what} needs at least one image")
-    return items
-
-
-OUTPUTS = ("LABELS", "SCORES")
-# FP32 [n, 1000] softmax with a label_filename: the output Triton's classification extension
-# ranks (docs/models/classification.md). Never ask for classification of LABELS (BYTES): it
-# ends Triton 2.51 (SIGFPE; fixed in 2.59.1).
-CLASS_COUNT_OUTPUT = "PROBABILITIES"
-NUM_CLASSES = 1000
-
-
-def request(files: Sequence[bytes], top_k: int) -> dict[str, np.ndarray]:
-    """The ensemble's inputs for ``files``: ``IMAGE`` BYTES ``[n, 1]``, ``TOP_K`` INT32
-    ``[n, 1]``."""
-    return {
-        "IMAGE": np.array(list(files), dtype=object).reshape(-1, 1),
-        "TOP_K": np.full((len(files), 1), top_k, dtype=np.int32),
-    }
-
-
-def classifications(out: dict[str, np.ndarray]) -> list[Classification]:
-    """``LABELS`` BYTES ``[n, k]`` and ``SCORES`` FP32 ``[n, k]`` → one
-    :class:`Classification` per image."""
-    return [
-        Classification(
-            [x.decode() if isinstance(x, bytes) else str(x) for x in labels],
-            [float(s) for s in scores],
-        )
-        for labels, scores in zip(out["LABELS"], out["SCORES"], strict=True)
-    ]
-
-
-def parse_class_strings(rows: np.ndarray) -> list[Classification]:
-    """Triton's classification extension answer, BYTES ``[n, K]`` of
-    ``b"<probability>:<index>:<label>"`` → one :class:`Classification` per row.
-
-    Raises:
-        ValueError: an element has no label (the output's config names no label_filename).
-    """
-    results = []
-    for row in rows:
-        labels, scores = [], []
-        for entry in row:
-            text = entry.decode() if isinstance(entry, bytes) else str(entry)
-            parts = text.split(":", 2)
-            if len(parts) != 3:
-                raise ValueError(f"classification '{text}' has no label")
-            scores.append(float(parts[0]))
-            labels.append(parts[2])
-        results.append(Classification(labels, scores))
-    return results
+def _answers(answer: dict[str, np.ndarray], via_class_count: bool) -> list[Classification]:
+    if via_class_count:
+        return parse_class_strings(answer[CLASS_COUNT_OUTPUT])
+    return classifications(answer)
 
 
 class ClassificationClient(ModelClient):
@@ -119,7 +54,7 @@ class ClassificationClient(ModelClient):
 
     def classify(
         self,
-        images: Sequence[bytes | str | Path],
+        images: Sequence[Image],
         top_k: int = 5,
         model_version: str = "",
         timeout_s: float | None = None,
@@ -139,66 +74,48 @@ class ClassificationClient(ModelClient):
             ValueError: no images, one image not in a list (a bare path or bytes), an item
                 that is neither bytes nor a path, or ``top_k`` < 1.
             OSError: a path cannot be read.
+            VersionNotLoaded: ``model_version`` is not loaded.
             RequestRejected: the server refused an image (not an image, truncated, over a
                 limit), or another :class:`ClientError`.
         """
-        images = image_list(images)
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
-        files = [read_image(image) for image in images]
+        files = _prepared(images, top_k)
         results: list[Classification] = []
-        for start in range(0, len(files), self.max_batch_size):
-            if via_class_count:
-                batch = files[start : start + self.max_batch_size]
-                results += self._class_count(batch, top_k, model_version, timeout_s)
-                continue
-            out = self.connection.infer(
-                self.model,
-                request(files[start : start + self.max_batch_size], top_k),
-                OUTPUTS,
-                model_version=model_version,
-                timeout_s=timeout_s,
-                priority=self.priority,
-                timeout_us=self.timeout_us,
-            )
-            results += classifications(out)
+        for batch in batches(files, self.max_batch_size):
+            answer = self._infer(batch, top_k, model_version, timeout_s, via_class_count)
+            results += _answers(answer, via_class_count)
         return results
 
-    def _class_count(
-        self, files: Sequence[bytes], top_k: int, model_version: str, timeout_s: float | None
-    ) -> list[Classification]:
-        """One request asking for ``PROBABILITIES`` with ``class_count=top_k`` (cut to 1000)."""
-        conn = self.connection
-        deadline = conn.timeout_s if timeout_s is None else timeout_s
-        images = {"IMAGE": np.array(list(files), dtype=object).reshape(-1, 1)}
-        tensors, _ = build_request(conn.module, images, [])
-        count = min(top_k, NUM_CLASSES)
-        requested = [conn.module.InferRequestedOutput(CLASS_COUNT_OUTPUT, class_count=count)]
-        kwargs = scheduling_kwargs(self.priority, self.timeout_us, deadline)
-        if conn.protocol == "grpc":
-            kwargs["client_timeout"] = deadline
-        result = conn.call(
-            f"infer {self.model}",
-            lambda: conn.client.infer(
-                self.model, tensors, model_version=model_version, outputs=requested, **kwargs
-            ),
-            retry=conn.retry,
-            timeout_s=deadline,
+    def _infer(
+        self,
+        files: list[bytes],
+        top_k: int,
+        model_version: str,
+        timeout_s: float | None,
+        via_class_count: bool,
+    ) -> dict[str, np.ndarray]:
+        options = self.scheduling(None, None)
+        if via_class_count:
+            inputs, count = class_count_request(files, top_k)
+            return self.connection.infer(
+                self.model, inputs, [CLASS_COUNT_OUTPUT], model_version, timeout_s,
+                class_count=count, **options,
+            )  # fmt: skip
+        return self.connection.infer(
+            self.model, request(files, top_k), OUTPUTS, model_version, timeout_s, **options
         )
-        return parse_class_strings(result.as_numpy(CLASS_COUNT_OUTPUT))
 
     def classify_each(
         self,
-        images: Sequence[bytes | str | Path],
+        images: Sequence[Image],
         top_k: int = 5,
         concurrency: int = 4,
         timeout_s: float | None = None,
-    ) -> list[Classification | ClientError | OSError]:
+    ) -> list[Outcome]:
         """One request per image, ``concurrency`` in flight: a bad image gets its own error
         (a :class:`ClientError`, or the ``OSError`` of an unreadable path) and the others are
         classified. The server's dynamic batcher still batches them together."""
 
-        def one(image: bytes | str | Path) -> Classification | ClientError | OSError:
+        def one(image: Image) -> Outcome:
             try:
                 return self.classify([image], top_k, timeout_s=timeout_s)[0]
             except (ClientError, OSError) as exc:
@@ -214,42 +131,71 @@ class AsyncClassificationClient(AsyncModelClient):
     :class:`tritonrepo_client.aio.AsyncModelClient`)."""
 
     DEFAULT_MODEL = "image_classification"
-    _max_batch_size: int | None = None
 
     async def classify(
         self,
-        images: Sequence[bytes | str | Path],
+        images: Sequence[Image],
         top_k: int = 5,
+        model_version: str = "",
         timeout_s: float | None = None,
+        via_class_count: bool = False,
     ) -> list[Classification]:
         """As :meth:`ClassificationClient.classify`; more images than ``max_batch_size`` go as
         concurrent requests.
 
         Raises:
-            ValueError, OSError, ClientError: as :meth:`ClassificationClient.classify`.
+            ValueError, OSError, VersionNotLoaded, ClientError: as
+                :meth:`ClassificationClient.classify`.
         """
-        images = image_list(images)
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
-        if self._max_batch_size is None:
-            config = await self.connection.model_config(self.model)
-            self._max_batch_size = int(config["max_batch_size"])
-        files = [read_image(image) for image in images]
-        chunk = self._max_batch_size
-        parts = await asyncio.gather(
+        files = _prepared(images, top_k)
+        size = await self.max_batch_size()
+        answers = await asyncio.gather(
             *(
-                self.connection.infer(
-                    self.model,
-                    request(files[i : i + chunk], top_k),
-                    OUTPUTS,
-                    timeout_s=timeout_s,
-                    priority=self.priority,
-                    timeout_us=self.timeout_us,
-                )
-                for i in range(0, len(files), chunk)
+                self._infer(batch, top_k, model_version, timeout_s, via_class_count)
+                for batch in batches(files, size)
             )
         )
-        return [c for out in parts for c in classifications(out)]
+        return [c for answer in answers for c in _answers(answer, via_class_count)]
+
+    async def _infer(
+        self,
+        files: list[bytes],
+        top_k: int,
+        model_version: str,
+        timeout_s: float | None,
+        via_class_count: bool,
+    ) -> dict[str, np.ndarray]:
+        options = self.scheduling(None, None)
+        if via_class_count:
+            inputs, count = class_count_request(files, top_k)
+            return await self.connection.infer(
+                self.model, inputs, [CLASS_COUNT_OUTPUT], model_version, timeout_s,
+                class_count=count, **options,
+            )  # fmt: skip
+        return await self.connection.infer(
+            self.model, request(files, top_k), OUTPUTS, model_version, timeout_s, **options
+        )
+
+    async def classify_each(
+        self,
+        images: Sequence[Image],
+        top_k: int = 5,
+        concurrency: int = 4,
+        timeout_s: float | None = None,
+    ) -> list[Outcome]:
+        """As :meth:`ClassificationClient.classify_each`: one request per image, at most
+        ``concurrency`` in flight, an error per bad image."""
+        limit = asyncio.Semaphore(max(1, concurrency))
+
+        async def one(image: Image) -> Outcome:
+            async with limit:
+                try:
+                    return (await self.classify([image], top_k, timeout_s=timeout_s))[0]
+                except (ClientError, OSError) as exc:
+                    return exc
+
+        images = image_list(images, "classify_each()")
+        return list(await asyncio.gather(*(one(image) for image in images)))
 
 
 def print_classifications(
@@ -283,3 +229,17 @@ def print_classifications(
                 table.add_row(str(rank), label, f"{score:.4f}")
             console.print(table)
     return 1 if failed else 0
+
+
+__all__ = [
+    "NUM_CLASSES",
+    "AsyncClassificationClient",
+    "Classification",
+    "ClassificationClient",
+    "classifications",
+    "image_list",
+    "parse_class_strings",
+    "print_classifications",
+    "read_image",
+    "request",
+]

@@ -7,16 +7,26 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tritonclient.utils import np_to_triton_dtype
 
+from tritonrepo_client.core import (
+    DEFAULT_URLS,
+    CallAttempts,
+    ConnectionCore,
+    GrpcTls,
+    InferCall,
+    ModelClientCore,
+    Protocol,
+    build_request,
+    grpc_tls_arguments,
+    resolve_url,
+)
 from tritonrepo_client.errors import (
+    CallSite,
     ClientError,
     DeadlineExceeded,
     RequestRejected,
@@ -24,84 +34,22 @@ from tritonrepo_client.errors import (
     ServerUnreachable,
     VersionNotLoaded,
     WrongProtocol,
-    _reason,
-    classify,
-    wrong_protocol,
-    wrong_protocol_message,
+    version_not_loaded,
 )
-from tritonrepo_client.retry import NO_RETRY, RetryPolicy
-from tritonrepo_client.scheduling import scheduling_kwargs
+from tritonrepo_client.retry import RetryPolicy
 
-Protocol = Literal["http", "grpc"]
-DEFAULT_URLS: dict[str, str] = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class GrpcTls:
-    """TLS for the gRPC endpoint (a server started with ``--grpc-tls-cert``): PEM files.
-
-    Attributes:
-        root_cert: the CA that signed the server's certificate.
-        client_cert: this client's certificate, for a server that requires mutual TLS.
-        client_key: its private key.
-    """
-
-    root_cert: str | Path
-    client_cert: str | Path | None = None
-    client_key: str | Path | None = None
-
-
-def resolve_url(url: str | None, protocol: str, tls: GrpcTls | None) -> str:
-    """``url`` or the protocol's default ``host:port``.
-
-    Raises:
-        ValueError: unknown protocol, TLS asked for HTTP, or a URL with a scheme.
-    """
-    if protocol not in DEFAULT_URLS:
-        raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
-    if tls is not None and protocol != "grpc":
-        raise ValueError("TLS is for the gRPC endpoint; HTTP TLS ends at a reverse proxy")
-    if url and "://" in url:
-        raise ValueError(f"url is host:port without a scheme, got {url!r}")
-    return url or DEFAULT_URLS[protocol]
-
-
-def grpc_tls_arguments(tls: GrpcTls | None) -> dict[str, Any]:
-    """Keyword arguments of tritonclient's gRPC ``InferenceServerClient`` (sync and aio) for
-    ``tls``; {} without TLS."""
-    if tls is None:
-        return {}
-    return {
-        "ssl": True,
-        "root_certificates": str(tls.root_cert),
-        "private_key": str(tls.client_key) if tls.client_key else None,
-        "certificate_chain": str(tls.client_cert) if tls.client_cert else None,
-    }
-
-
-def build_request(
-    module: Any, inputs: dict[str, np.ndarray], outputs: Sequence[str]
-) -> tuple[list[Any], list[Any]]:
-    """tritonclient ``InferInput`` / ``InferRequestedOutput`` lists for ``module``
-    (``tritonclient.http`` or ``tritonclient.grpc``) from numpy arrays (object arrays of bytes
-    for BYTES)."""
-    tensors = []
-    for name, value in inputs.items():
-        dtype = "BYTES" if value.dtype == object else np_to_triton_dtype(value.dtype)
-        tensor = module.InferInput(name, list(value.shape), dtype)
-        tensor.set_data_from_numpy(value)
-        tensors.append(tensor)
-    return tensors, [module.InferRequestedOutput(name) for name in outputs]
-
-
-class TritonConnection:
+class TritonConnection(ConnectionCore):
     """A tritonclient HTTP or gRPC client behind one interface, safe to share across threads.
 
     tritonclient's HTTP client (geventhttpclient) belongs to the thread that made it: shared
-    with a ``ThreadPoolExecutor`` its calls from other threads hung for good (issue 13). So each
-    thread that uses this connection gets an underlying client of its own (for gRPC too, one
-    channel per thread), made on first use and closed by :meth:`close`.
+    with a ``ThreadPoolExecutor`` its calls from other threads hung for good. So each thread
+    that uses this connection gets an underlying client of its own (for gRPC too, one channel
+    per thread), made on first use and closed by :meth:`close`. Requests, errors and retries
+    are built and decided in :mod:`tritonrepo_client.core`, shared with
+    :class:`tritonrepo_client.aio.AsyncTritonConnection`.
 
     Args:
         url: ``host:port`` (default 127.0.0.1:8000 for HTTP, 127.0.0.1:8001 for gRPC).
@@ -125,12 +73,7 @@ class TritonConnection:
         tls: GrpcTls | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
-        self.url = resolve_url(url, protocol, tls)
-        self.protocol = protocol
-        self.timeout_s = timeout_s
-        self.tls = tls
-        self.retry = retry or RetryPolicy()
-        self.module: Any = httpclient if protocol == "http" else grpcclient
+        super().__init__(url, protocol, timeout_s, tls, retry)
         self._local = threading.local()
         self._clients: list[tuple[threading.Thread, Any]] = []
         self._lock = threading.Lock()
@@ -138,7 +81,11 @@ class TritonConnection:
 
     @property
     def client(self) -> Any:
-        """This thread's tritonclient ``InferenceServerClient`` (made on first use)."""
+        """This thread's tritonclient ``InferenceServerClient`` (made on first use).
+
+        Raises:
+            ClientError: the connection is closed.
+        """
         client = getattr(self._local, "client", None)
         if client is None:
             if self._closed:
@@ -181,25 +128,24 @@ class TritonConnection:
 
         Raises:
             ServerUnreachable, DeadlineExceeded, ServerUnavailable, RequestRejected,
-            ClientError: what happened (``kind``), after ``attempts`` tries.
+            WrongProtocol, ClientError: what happened (``kind``), after ``attempts`` tries
+            (:func:`tritonrepo_client.errors.to_client_error`).
         """
-        policy = retry or NO_RETRY
-        delays = policy.delays()
-        attempt = 0
+        return self._call(self.site(what, timeout_s), fn, retry, timeout_s)
+
+    def _call(
+        self,
+        site: CallSite,
+        fn: Callable[[], T],
+        retry: RetryPolicy | None,
+        timeout_s: float | None,
+    ) -> T:
+        attempts = CallAttempts(site, retry)
         while True:
-            attempt += 1
             try:
                 return self._once(fn, timeout_s)
             except Exception as exc:
-                fix = wrong_protocol(exc, self.protocol, self.url if self.tls is None else None)
-                kind = WrongProtocol if fix else classify(exc)
-                delay = next(delays, None) if kind.kind in policy.retry_on else None
-                if fix:
-                    message = wrong_protocol_message(what, self.url, self.protocol, fix, exc)
-                    raise WrongProtocol(message, attempt) from None
-                if delay is None:
-                    raise self._error(kind, what, exc, attempt) from None
-                time.sleep(delay)
+                time.sleep(attempts.delay_after(exc))
 
     def _once(self, fn: Callable[[], T], timeout_s: float | None) -> T:
         if self.protocol != "http" or timeout_s is None:
@@ -212,33 +158,14 @@ class TritonConnection:
         except gevent.Timeout:  # a BaseException: would escape `except Exception`
             raise TimeoutError(f"no answer within {timeout_s:g} s") from None
 
-    def _error(
-        self, kind: type[ClientError], what: str, exc: BaseException, attempts: int
-    ) -> ClientError:
-        tries = f" (after {attempts} tries)" if attempts > 1 else ""
-        if kind is ServerUnreachable:
-            return kind(
-                f"cannot reach Triton at {self.url} over {self.protocol} ({what}){tries}: "
-                f"{_reason(exc)}; is the server running (`make serve`) and the URL right?",
-                attempts,
-            )
-        if kind is DeadlineExceeded:
-            return kind(f"{what}: deadline exceeded{tries}: {_reason(exc)}", attempts)
-        return kind(f"{what} failed{tries}: {_reason(exc)}", attempts)
-
     def model_config(self, model: str) -> dict[str, Any]:
         """The model's configuration as a dict (ModelConfig JSON field names); retried like
         inference (idempotent)."""
-        if self.protocol == "http":
-            return self.call(
-                f"config of {model}", lambda: self.client.get_model_config(model), self.retry
-            )
-        result = self.call(
-            f"config of {model}",
-            lambda: self.client.get_model_config(model, as_json=True),
-            self.retry,
+        args = self.config_arguments()
+        answer = self.call(
+            f"config of {model}", lambda: self.client.get_model_config(model, **args), self.retry
         )
-        return result["config"]
+        return self.config_of(answer)
 
     def server_live(self) -> bool:
         """``GET /v2/health/live`` (gRPC ServerLive)."""
@@ -257,8 +184,7 @@ class TritonConnection:
     def model_versions(self, model: str) -> list[str]:
         """Versions of ``model`` that are loaded, from its metadata (open, needs no key)."""
         meta = self.call(f"metadata of {model}", lambda: self.client.get_model_metadata(model))
-        versions = meta["versions"] if isinstance(meta, dict) else list(meta.versions)
-        return [str(v) for v in versions]
+        return self.versions_of(meta)
 
     def infer(
         self,
@@ -270,11 +196,13 @@ class TritonConnection:
         retry: bool = True,
         priority: int = 0,
         timeout_us: int | None = None,
+        class_count: int = 0,
         **kwargs: Any,
     ) -> dict[str, np.ndarray]:
         """One inference; ``inputs`` are numpy arrays (object arrays of bytes for BYTES).
 
         Args:
+            model_version: the version to run ("" = the model's version policy).
             timeout_s: this call's deadline, seconds (default: the connection's). It is both
                 the client's deadline and Triton's request ``timeout`` (µs), so a model whose
                 queue policy allows it drops the request once nobody waits for it.
@@ -284,48 +212,42 @@ class TritonConnection:
                 (a request still queued after it is rejected as UNAVAILABLE).
             retry: retry per the connection's policy; pass False for calls that are not
                 idempotent (sequence events; done for you when ``sequence_id`` is given).
+            class_count: > 0 asks Triton's classification extension for the top
+                ``class_count`` of each output (BYTES ``"<score>:<index>:<label>"``).
             kwargs: tritonclient ``infer`` arguments (``sequence_id``, ``request_id``, ...).
 
         Returns ``{output name: array}``.
 
         Raises:
+            VersionNotLoaded: ``model_version`` is not loaded (the message lists those that
+                are); never retried.
             ServerUnreachable, DeadlineExceeded, ServerUnavailable, RequestRejected,
-            VersionNotLoaded, ClientError: see :meth:`call`.
+            ClientError: see :meth:`call`.
         """
-        deadline = self.timeout_s if timeout_s is None else timeout_s
-        tensors, requested = build_request(self.module, inputs, outputs)
-        for key, value in scheduling_kwargs(priority, timeout_us, deadline).items():
-            kwargs.setdefault(key, value)
-        if self.protocol == "grpc":
-            kwargs.setdefault("client_timeout", deadline)
-        idempotent = retry and not kwargs.get("sequence_id")
-        what = f"infer {model}" + (f" version {model_version}" if model_version else "")
+        call = self.infer_call(
+            model, inputs, outputs, model_version, timeout_s, retry, priority, timeout_us,
+            class_count, kwargs,
+        )  # fmt: skip
         try:
-            result = self.call(
-                what,
-                lambda: self.client.infer(
-                    model, tensors, model_version=model_version, outputs=requested, **kwargs
-                ),
-                retry=self.retry if idempotent else None,
-                timeout_s=deadline,
-            )
-        except (ServerUnreachable, DeadlineExceeded):
-            raise
-        except ClientError as exc:
-            text = str(exc)
-            if model_version and ("is not at ready state" in text or "is not found" in text):
-                raise self._version_not_loaded(model, model_version) from None
-            raise
-        return {name: result.as_numpy(name) for name in outputs}
+            result = self._send(call)
+        except VersionNotLoaded:
+            raise self._version_not_loaded(model, model_version) from None
+        return self.answers(result, call.outputs)
+
+    def _send(self, call: InferCall) -> Any:
+        return self._call(
+            call.site,
+            lambda: self.client.infer(call.model, call.tensors, **call.kwargs),
+            call.retry,
+            call.site.deadline_s,
+        )
 
     def _version_not_loaded(self, model: str, version: str) -> VersionNotLoaded:
         try:
-            loaded = ", ".join(self.model_versions(model)) or "none"
+            loaded: list[str] | None = self.model_versions(model)
         except ClientError:
-            loaded = "unknown (model not loaded)"
-        return VersionNotLoaded(
-            f"version {version} of model '{model}' is not loaded (loaded versions: {loaded})"
-        )
+            loaded = None
+        return version_not_loaded(model, version, loaded)
 
     def close(self) -> None:
         """Close every thread's underlying client; later calls raise :class:`ClientError`."""
@@ -343,7 +265,7 @@ class TritonConnection:
         self.close()
 
 
-class ModelClient:
+class ModelClient(ModelClientCore):
     """Base of the per-model clients: one connection to one model, usable as a context manager.
 
     Args:
@@ -361,26 +283,8 @@ class ModelClient:
     A client is safe to share across threads (:class:`TritonConnection`).
     """
 
-    DEFAULT_MODEL = ""
-
-    def __init__(
-        self,
-        url: str | None = None,
-        protocol: Protocol = "http",
-        model: str | None = None,
-        timeout_s: float = 60.0,
-        tls: GrpcTls | None = None,
-        retry: RetryPolicy | None = None,
-        priority: int = 0,
-        timeout_us: int | None = None,
-    ) -> None:
-        scheduling_kwargs(priority, timeout_us, timeout_s)  # ValueError now, not at a call
-        self.connection = TritonConnection(url, protocol, timeout_s, tls, retry)
-        self.model = model or self.DEFAULT_MODEL
-        self.priority = priority
-        self.timeout_us = timeout_us
-
-    _max_batch_size: int | None = None
+    CONNECTION = TritonConnection
+    connection: TritonConnection
 
     @property
     def max_batch_size(self) -> int:
@@ -390,7 +294,8 @@ class ModelClient:
             ClientError: the config cannot be read.
         """
         if self._max_batch_size is None:
-            self._max_batch_size = int(self.connection.model_config(self.model)["max_batch_size"])
+            config = self.connection.model_config(self.model)
+            self._max_batch_size = self.connection.max_batch_size_of(config)
         return self._max_batch_size
 
     def close(self) -> None:
@@ -408,6 +313,7 @@ M = TypeVar("M", bound=ModelClient)
 
 
 __all__ = [
+    "DEFAULT_URLS",
     "ClientError",
     "DeadlineExceeded",
     "GrpcTls",
@@ -419,4 +325,7 @@ __all__ = [
     "TritonConnection",
     "VersionNotLoaded",
     "WrongProtocol",
+    "build_request",
+    "grpc_tls_arguments",
+    "resolve_url",
 ]

@@ -4,7 +4,11 @@ the request refused as invalid, or another server-side error."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tritonclient.utils import InferenceServerException
+
+from tritonrepo_client.triton_messages import Kind, kinds_in
 
 # gRPC reports connection failures as UNAVAILABLE with one of these texts; Triton also uses
 # UNAVAILABLE for its own errors (e.g. an unknown model), so the status alone is not enough.
@@ -159,3 +163,75 @@ def classify(exc: BaseException) -> type[ClientError]:
         if status in _INVALID_STATUSES:
             return RequestRejected
     return ClientError
+
+
+# Triton's texts for a request naming a version it has not loaded: "... version 2 is not
+# found" (never loaded) or "... is not at ready state" (loading, unloading, failed).
+_VERSION_KINDS = frozenset({Kind.NOT_READY, Kind.NOT_FOUND})
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """What a call was, for its error message: the same for the thread and asyncio clients.
+
+    Attributes:
+        what: the action (e.g. ``"infer text_embedding"``).
+        url: ``host:port`` called.
+        protocol: ``"http"`` or ``"grpc"``.
+        deadline_s: the call's deadline, seconds (named when it passes).
+        probe_port: whether a gRPC connection the server closed may be checked by asking the
+            port for HTTP/1.1 (:func:`answers_http1`; off for TLS).
+        model: the model of an inference, "" otherwise.
+        model_version: the version it named, "" for the model's policy.
+    """
+
+    what: str
+    url: str
+    protocol: str
+    deadline_s: float
+    probe_port: bool = True
+    model: str = ""
+    model_version: str = ""
+
+
+def to_client_error(exc: BaseException, site: CallSite, attempts: int = 1) -> ClientError:
+    """The :class:`ClientError` subclass instance, with a one-line message, for ``exc``: an
+    exception raised by tritonclient (``InferenceServerException`` of HTTP or gRPC, sync or
+    aio), gevent, grpc, aiohttp, asyncio or the socket layer during the call ``site``, on try
+    number ``attempts``.
+
+    Messages: :class:`WrongProtocol` names the fix; :class:`ServerUnreachable` the URL and
+    protocol; :class:`DeadlineExceeded` the deadline in seconds; :class:`VersionNotLoaded` the
+    model and version (:func:`version_not_loaded` adds the loaded versions); the others
+    ``"<what> failed: <Triton's message>"``. ``" (after N tries)"`` follows the action when
+    ``attempts`` > 1.
+    """
+    tries = f" (after {attempts} tries)" if attempts > 1 else ""
+    fix = wrong_protocol(exc, site.protocol, site.url if site.probe_port else None)
+    if fix:
+        message = wrong_protocol_message(site.what, site.url, site.protocol, fix, exc)
+        return WrongProtocol(message, attempts)
+    kind = classify(exc)
+    if kind is ServerUnreachable:
+        return kind(
+            f"cannot reach Triton at {site.url} over {site.protocol} ({site.what}){tries}: "
+            f"{_reason(exc)}; is the server running (`make serve`) and the URL right?",
+            attempts,
+        )
+    if kind is DeadlineExceeded:
+        return kind(f"{site.what}: deadline of {site.deadline_s:g} s exceeded{tries}", attempts)
+    if site.model_version and kinds_in(_reason(exc)) & _VERSION_KINDS:
+        return version_not_loaded(site.model, site.model_version, None, attempts)
+    return kind(f"{site.what} failed{tries}: {_reason(exc)}", attempts)
+
+
+def version_not_loaded(
+    model: str, version: str, loaded: list[str] | None, attempts: int = 1
+) -> VersionNotLoaded:
+    """:class:`VersionNotLoaded` for ``version`` of ``model``; ``loaded``: the versions the
+    server has loaded (None: unknown, e.g. the model itself is not loaded)."""
+    listed = "unknown (model not loaded)" if loaded is None else ", ".join(loaded) or "none"
+    return VersionNotLoaded(
+        f"version {version} of model '{model}' is not loaded (loaded versions: {listed})",
+        attempts,
+    )

@@ -47,5 +47,29 @@ class RetryPolicy:
             yield rng.uniform(0.0, bound)
 
 
+class Schedule:
+    """The tries of one call under a policy: counts them and says what follows a failure.
+
+    Both the thread and the asyncio call loops use it (through
+    :class:`tritonrepo_client.core.CallAttempts`), so they retry alike.
+    """
+
+    def __init__(self, policy: RetryPolicy, rng: random.Random | None = None) -> None:
+        self.policy = policy
+        self.attempt = 1  # the try running now, 1-based
+        self._delays = policy.delays(rng)
+
+    def next_delay(self, kind: str) -> float | None:
+        """Seconds to wait before the next try after the current one failed with an error of
+        ``kind`` (:attr:`tritonrepo_client.errors.ClientError.kind`); None: give up (a kind
+        not in ``retry_on``, or no tries left)."""
+        if kind not in self.policy.retry_on:
+            return None
+        delay = next(self._delays, None)
+        if delay is not None:
+            self.attempt += 1
+        return delay
+
+
 # Sessions are not idempotent: a retried event may have been recorded already.
 NO_RETRY = RetryPolicy(attempts=1)

@@ -29,7 +29,7 @@ Tolerances (``TOLERANCES``), with their sources:
   <= 0.002. The torch_gpu FP16 CTR program measured 2.8e-3 on an H200 and so is built in FP32 there
   (``builders/torch_programs/export.py`` falls back; for plans use ``--precision fp32``). The same
   table serves both builders (``builders.torch_programs.export`` imports it).
-* INT8: min cosine 0.99 (issue 8's bar for the INT8 text encoder,
+* INT8: min cosine 0.99 (the floor the CPU INT8 text encoder is built to,
   ``text_embedding_variants.INT8_MIN_COSINE``); CTR max abs diff 0.05 and |ΔAUC| <= 0.005. The
   CPU INT8 ctr_model (version 2, QDQ projections) measures 0.025 max abs diff and ΔAUC -0.0003
   against FP32 on the gate rows; TensorRT's implicit INT8 also quantizes other layers, so the bar

@@ -17,9 +17,11 @@ Candidates, all from ``onnxruntime.quantization``:
 For each: min and mean cosine of the sentence embeddings to FP32 on 256 eval texts (shuffled
 batches of 32, as a dynamic batch mixes lengths), the largest difference between a text
 embedded alone and inside its batch of 32, and throughput relative to FP32 (length-sorted
-batches of 32, 2 threads, median of 3 interleaved rounds, same process). Issue 8's bars: min
-cosine ≥ 0.99 and batch difference ≤ 1e-5. Histogram calibrators (Percentile, Entropy) need one
-shape for every calibration batch, so calibration texts are padded to 256 tokens there.
+batches of 32, 2 threads, median of 3 interleaved rounds, same process). A candidate is
+usable with min cosine ≥ 0.99 and batch difference ≤ 1e-5 (the bars of
+``builders.onnx_export.text_embedding_variants.check_int8``). Histogram calibrators (Percentile,
+Entropy) need one shape for every calibration batch, so calibration texts are padded to 256
+tokens there.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The CTR estimator in PyTorch: the reference implementation that the builders train and
 export, and that the tests compare the served model against.
 
-Architecture (issue 3): ``Embedding(10000, 128)`` → 4 × ``TransformerEncoderLayer(d_model=128,
+Architecture: ``Embedding(10000, 128)`` → 4 × ``TransformerEncoderLayer(d_model=128,
 nhead=8, batch_first=True)`` → mean over the 64 positions → ``Linear(128, 1)`` → sigmoid, with
-four choices the issue leaves open, each measured on the click log (GPU sweep, 24 topics):
+four choices beyond that layout, each measured on the click log (GPU sweep, 24 topics):
 
 * **A learned position embedding** ``[64, 128]`` is added to the item embeddings, as in
   Alibaba's Behavior Sequence Transformer (Chen et al., 2019, arXiv:1905.06874), whose layout

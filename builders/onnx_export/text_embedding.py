@@ -15,7 +15,9 @@ Writes every encoder version of ``spec.ENCODER_VERSIONS`` (or only ``--version``
   Runtime's transformer fusions and ``int8`` makes the weight-only INT8 variant
   (``builders.onnx_export.text_embedding_variants``: both faster on CPU; the fused graph is
   parity-checked against PyTorch like the export, the INT8 one against FP32 on real text);
-* ``text_embedding_encoder/<v>/build_metadata.json``: versions, sha256, parity figures;
+* ``text_embedding_encoder/<v>/build_metadata.json``: parity figures, ``files`` (sha256 of the
+  model and its tokenizer), and the common fields of ``builders.metadata`` (``built_by``, library
+  ``versions``, ``sha256``);
 * ``text_embedding_tokenize/1/tokenizer.json``: the model's own tokenizer.
 
 Parity: ONNX Runtime against PyTorch at batch 1 and at batch 7 with mixed lengths (short, long,
@@ -29,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import shutil
 import sys
@@ -38,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from builders.file_digest import sha256
+from builders.metadata import BUILD_METADATA_FILE, write_metadata
 from builders.onnx_export import text_embedding_variants as variants
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.text import spec
@@ -48,6 +50,8 @@ PARITY_TOLERANCE = 1e-4  # max abs diff of sentence_embedding, ONNX Runtime vs P
 # PARITY_TEXTS (bf16 weights, seen: 0.99998).
 REDUCED_PRECISION_MIN_COSINE = 0.999
 PRECISIONS = ("fp32", "bf16", "fp32-fused", "int8")
+BUILT_BY = "builders.onnx_export.text_embedding"  # this module (``__name__`` under -m: __main__)
+LIBRARIES = ("torch", "transformers", "onnx", "onnxruntime", "numpy", "tokenizers")
 
 EXPORT_TEXTS = ["Exported with two texts", "of different lengths so padding is traced too."]
 PARITY_TEXTS = [
@@ -195,8 +199,6 @@ def build(repository: Path, version: int, precision: str = "fp32") -> dict:
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    import onnx
-    import onnxruntime
     import torch
 
     model_dir = Path(spec.source_model_dir())
@@ -278,18 +280,18 @@ def build(repository: Path, version: int, precision: str = "fp32") -> dict:
         "max_seq_length": spec.MAX_SEQ_LENGTH,
         "parity_max_abs_diff": diffs,
         "parity_tolerance": PARITY_TOLERANCE,
-        "versions": {
-            "torch": torch.__version__,
-            "onnx": onnx.__version__,
-            "onnxruntime": onnxruntime.__version__,
-        },
         "files": {
             "model.onnx": sha256(onnx_path),
             f"../../{spec.TOKENIZE_MODEL}/1/tokenizer.json": sha256(tokenizer_path),
         },
     }
-    (encoder_dir / "build_metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
-    return metadata
+    return write_metadata(
+        encoder_dir / BUILD_METADATA_FILE,
+        metadata,
+        built_by=BUILT_BY,
+        libraries=LIBRARIES,
+        artifacts={"model.onnx": onnx_path},
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

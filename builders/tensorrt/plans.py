@@ -44,7 +44,8 @@ on
 ``plan_metadata.json`` holds ``tensorrt_version``, ``gpu_name``, ``compute_capability``
 (e.g. ``"9.0"``), ``precision``, ``profiles`` (``[{input: {"min", "opt", "max"}}]``),
 ``onnx_sha256`` and ``built_at``, plus the engine's I/O, the builder settings and the gate's
-figures.
+figures, and the fields every builder's metadata has (``built_by``, ``versions``, ``sha256``:
+``builders.metadata``, which writes the file).
 
 Python dependencies besides TensorRT 10: Polygraphy, onnx, onnxruntime, tokenizers, numpy and
 tritonclient[grpc] (config parsing); no PyTorch or scikit-learn. Real texts come from
@@ -56,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -65,6 +65,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from builders.file_digest import sha256
+from builders.metadata import write_metadata
 from builders.tensorrt import plan_config
 from builders.tensorrt.engine import CACHE_DIR, Backend, TensorRTBackend
 from tritonrepo.paths import MODEL_REPOSITORY
@@ -77,6 +78,8 @@ PLAN_FILE, METADATA_FILE = "model.plan", "plan_metadata.json"
 SUPPORTED_TENSORRT_MAJOR = 10
 BUILDER_COMMAND = "make build-plans"
 BUILDER_IMAGE = "nvcr.io/nvidia/tensorrt:26.05-py3"
+BUILT_BY = "builders.tensorrt.plans"  # this module (``__name__`` under -m: __main__)
+LIBRARIES = ("tensorrt", "polygraphy", "onnx", "onnxruntime", "numpy")
 
 
 class PlanBuildError(RuntimeError):
@@ -238,7 +241,13 @@ def build_plan(
                 "cache": str(cache),
                 "source": "builders.tensorrt.plan_data.calibration_feeds (real samples, OPT shape)",
             }
-        temporaries[1].write_text(json.dumps(metadata, indent=2) + "\n")
+        metadata = write_metadata(
+            temporaries[1],
+            metadata,
+            built_by=BUILT_BY,
+            libraries=LIBRARIES,
+            artifacts={PLAN_FILE: temporaries[0]},
+        )
         temporaries[0].replace(plan)
         temporaries[1].replace(metadata_file)
         if temporaries[2].is_file():

@@ -5,7 +5,8 @@ through the Python-based backend ``backends/torch_python``. Run it on the host t
 ``make artifacts-gpu`` does: an exported program records the device and PyTorch version it was
 traced with (``tritonrepo.runners.torch_runner.check_program_metadata`` refuses another version).
 
-Writes, per model, ``<model>/1/model.pt2`` and ``<model>/1/torch_metadata.json``:
+Writes, per model, ``<model>/1/model.pt2`` and ``<model>/1/torch_metadata.json`` (through
+``builders.metadata``, with its common fields ``built_by``, ``versions`` and ``sha256``):
 
 * ``text_embedding_encoder``: the BERT encoder of all-MiniLM-L6-v2 from the source weights
   followed by attention-masked mean pooling, inputs ``input_ids``/``attention_mask`` INT64
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import sys
 from dataclasses import asdict
@@ -48,6 +48,7 @@ import numpy as np
 
 from builders.file_digest import sha256
 from builders.gates.accuracy_gate import TOLERANCES, Tolerance
+from builders.metadata import write_metadata
 from builders.torch_programs import image_export as image_torch_export
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.image import spec as image_spec
@@ -61,6 +62,8 @@ MODELS = (text_spec.ENCODER_MODEL, ctr_spec.CORE_MODEL, *image_torch_export.MODE
 CTR_WEIGHTS = BUILD_DIR / "ctr" / "model.pt"
 GATE_TEXTS = 256  # real mixed texts (reference_data.text_corpus, eval split)
 GATE_ROWS = 4096  # held-out click-log rows
+BUILT_BY = "builders.torch_programs.export"  # this module (``__name__`` under -m: __main__)
+LIBRARIES = ("torch", "numpy")
 
 
 # One precision's accuracy floor: builders.gates.accuracy_gate.TOLERANCES, shared with the TensorRT
@@ -275,8 +278,18 @@ def build(model: str, repository: Path, device: str, precision: str) -> dict:
         "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     } | device_facts(device)
     os.replace(partial, target)
-    (out_dir / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
-    return metadata
+    return _write(out_dir, metadata)
+
+
+def _write(out_dir: Path, metadata: dict) -> dict:
+    """``torch_metadata.json`` next to ``out_dir/model.pt2``; returns the record written."""
+    return write_metadata(
+        out_dir / METADATA_FILE,
+        metadata,
+        built_by=BUILT_BY,
+        libraries=LIBRARIES,
+        artifacts={"model.pt2": out_dir / "model.pt2"},
+    )
 
 
 def build_auto(model: str, repository: Path, device: str) -> dict:
@@ -291,9 +304,7 @@ def build_auto(model: str, repository: Path, device: str) -> dict:
         rejected = str(exc)
     print(f"{model}: FP16 failed its {rejected}; building FP32", flush=True)
     metadata = build(model, repository, device, "fp32")
-    metadata["fp16_rejected"] = rejected
-    (repository / model / "1" / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
-    return metadata
+    return _write(repository / model / "1", metadata | {"fp16_rejected": rejected})
 
 
 def main(argv: list[str] | None = None) -> int:

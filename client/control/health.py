@@ -27,6 +27,7 @@ from tritonrepo_client.connection import ClientError, TritonConnection
 from tritonrepo_client.control.health_index import index_states, read_index, repository_findings
 from tritonrepo_client.control.probe_declaration import PROBE_PARAMETER, declared_probe
 from tritonrepo_client.models import DEFAULT_MODELS
+from tritonrepo_client.triton_messages import CATALOGUE, Kind, kinds_in
 
 if TYPE_CHECKING:
     from tritonrepo_client.control.repository import ModelVersionState, RepositoryClient
@@ -263,12 +264,16 @@ def _state(value: bool, subject: str, what: str) -> tuple[bool, str]:
 # Triton's queue-policy refusals: the model serves, its queue is full or too slow for the probe's
 # timeout. Readiness must not fail on them: taking a busy server out of rotation moves its load
 # onto the others, which then fail too (a cascade).
-OVERLOAD_MARKERS = ("Exceeds maximum queue size", "Request timeout expired")
+OVERLOAD_KINDS = frozenset({Kind.QUEUE_FULL, Kind.QUEUE_TIMEOUT})
+# The texts of those refusals (:mod:`tritonrepo_client.triton_messages`): "Exceeds maximum queue
+# size", "Request timeout expired".
+OVERLOAD_MARKERS = tuple(m.pattern.pattern for m in CATALOGUE if m.kind in OVERLOAD_KINDS)
 
 
 def is_overload(error: str) -> bool:
-    """Whether ``error`` is Triton refusing work it cannot queue (full queue, queue timeout)."""
-    return any(marker in error for marker in OVERLOAD_MARKERS)
+    """Whether ``error`` is Triton refusing work it cannot queue (full queue, queue timeout:
+    :data:`OVERLOAD_KINDS`)."""
+    return bool(kinds_in(error) & OVERLOAD_KINDS)
 
 
 def _model_checks(

@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+from tritonrepo_client.triton_messages import Kind, kinds_in
+
 if TYPE_CHECKING:
     from tritonrepo_client.control.repository import ModelVersionState, RepositoryClient
 
@@ -70,8 +72,10 @@ def index_states(index: list[ModelVersionState] | None, model: str) -> str:
     return f"repository index: {states}"
 
 
-# Reasons Triton gives for an UNAVAILABLE version that is not a failure.
-_BENIGN_REASONS = ("unloaded",)
+def _benign(reason: str) -> bool:
+    """Whether an UNAVAILABLE version's ``reason`` is not a failure (Triton's "unloaded":
+    :data:`Kind.UNLOADED`)."""
+    return Kind.UNLOADED in kinds_in(reason)
 
 
 def repository_findings(
@@ -99,7 +103,7 @@ def repository_findings(
                 f"version {row.version} LOADING throughout this check (at its start and "
                 f"{elapsed_s:.2f} s later at its end): stuck if it stays LOADING"
             )
-        elif row.state == "UNAVAILABLE" and row.reason and row.reason not in _BENIGN_REASONS:
+        elif row.state == "UNAVAILABLE" and row.reason and not _benign(row.reason):
             found.setdefault(row.name, []).append(
                 f"version {row.version} UNAVAILABLE: {one_line(row.reason)}"
             )

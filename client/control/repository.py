@@ -22,6 +22,7 @@ from tritonrepo_client.connection import (
 )
 from tritonrepo_client.control import repository_key
 from tritonrepo_client.control.health_index import one_line
+from tritonrepo_client.triton_messages import Kind, kinds_in
 from tritonrepo_client.validation import check_config, check_files
 
 T = TypeVar("T")
@@ -99,7 +100,7 @@ class RepositoryClient:
         except ServerUnreachable:
             raise
         except ClientError as exc:
-            if "is restricted" not in str(exc):
+            if Kind.RESTRICTED not in kinds_in(str(exc)):
                 raise
             if self.key:
                 hint = "the repository key sent was not accepted"
@@ -228,8 +229,8 @@ class RepositoryClient:
         except (ControlTimeout, ServerUnreachable):
             raise
         except ClientError as exc:
-            if "is restricted" in str(exc) or "refused:" in str(exc):
-                raise
+            if Kind.RESTRICTED in kinds_in(str(exc)):
+                raise  # the key was refused (_call says why); the index would be refused too
             detail = self._state_line(model)
             reasons = [r.reason for r in self._last_rows if r.reason]
             if reasons and all(reason in str(exc) for reason in reasons):

@@ -13,7 +13,6 @@ from PIL import Image
 
 from reference_data import photos
 from tritonrepo.image import spec
-from tritonrepo.image.labels import imagenet_labels, read_labels
 from tritonrepo.image.postprocess import check_top_k, softmax, top_k
 from tritonrepo.image.preprocess import (
     decode_image,
@@ -149,14 +148,6 @@ def test_softmax_top_k_and_top_k_checks():
         check_top_k(np.array([[0]], np.int32))
     with pytest.raises(InvalidRequest, match="the same for every image"):
         check_top_k(np.array([[1], [2]], np.int32))
-
-
-def test_labels_are_imagenet_and_the_built_file_matches():
-    labels = imagenet_labels()
-    assert len(labels) == 1000 and labels[0] == "tench" and labels[281] == "tabby"
-    assert labels[504] == "coffee mug" and labels[812] == "space shuttle"
-    built = MODEL_REPOSITORY / spec.POSTPROCESS_MODEL / "1" / spec.LABELS_FILE
-    assert read_labels(built) == labels
 
 
 def test_preflight_names_a_missing_labels_file(tmp_path):

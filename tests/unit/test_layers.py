@@ -59,3 +59,29 @@ def test_architecture_page_shows_the_current_graph():
     assert shown[1] == layers.mermaid(), (
         "docs/architecture.md's graph is stale: paste the output of `python -m tests.layers`"
     )
+
+
+def test_the_client_finds_this_checkout_through_its_entry_point(monkeypatch, tmp_path):
+    """Installed with the server package, the client reads this checkout's repository, key file
+    and preflight through the ``tritonrepo_client.local`` entry point; without it, paths relative
+    to the working directory and no checks."""
+    from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
+    from tritonrepo_client.control import local
+
+    local.local_repository.cache_clear()
+    found = local.local_repository()
+    assert (found.model_repository, found.key_file) == (
+        MODEL_REPOSITORY,
+        BUILD_DIR / "repository.key",
+    )
+    assert found.check(MODEL_REPOSITORY, "no_such_model", None), "the preflight found nothing"
+
+    monkeypatch.setattr(local, "entry_points", lambda group: [])
+    monkeypatch.chdir(tmp_path)
+    local.local_repository.cache_clear()
+    try:
+        bare = local.local_repository()
+        assert bare.model_repository == tmp_path / "model_repository"
+        assert bare.check(tmp_path, "anything", None) == []
+    finally:
+        local.local_repository.cache_clear()

@@ -9,14 +9,12 @@ from google.protobuf import text_format
 
 from builders.tensorrt.engine import engine_dtype_name
 from builders.tensorrt.plan_config import (
-    PLAN_MODELS,
     ConfigTensor,
     IOTensor,
     check_config,
     check_profile,
     config_tensors,
     model_profile,
-    onnx_io,
     profile_json,
 )
 from tritonrepo.ctr import spec as ctr_spec
@@ -207,24 +205,6 @@ def test_state_names_must_sort_in_the_same_order():
 
 
 # --- every GPU config against its ONNX graph and profile --------------------------------
-
-
-@pytest.mark.parametrize("model", PLAN_MODELS)
-def test_gpu_config_agrees_with_its_onnx_graph_and_profile(model):
-    cfg = gpu_config(model)
-    assert cfg.platform == "tensorrt_plan"
-    onnx_path = MODEL_REPOSITORY / model / "1" / "model.onnx"
-    if not onnx_path.is_file():
-        pytest.fail(f"{onnx_path} is missing: run `make artifacts`")
-    graph = onnx_io(onnx_path)
-    profile = model_profile(model, cfg)
-    assert check_config(cfg, graph) == []
-    assert check_profile(profile, graph, cfg) == []
-    inputs = {t.name for t in graph if t.is_input}
-    for name, (lo, _opt, hi) in profile.items():
-        assert name in inputs
-        if cfg.max_batch_size > 0:
-            assert (lo[0], hi[0]) == (1, cfg.max_batch_size)
 
 
 def test_profiles_come_from_config_and_spec():

@@ -19,6 +19,7 @@ from tritonrepo.ctr.features import (
 from tritonrepo.ctr.ranking import top_k
 from tritonrepo.ctr.sessions import SessionStore
 from tritonrepo.step.errors import InvalidRequest
+from tritonrepo.step.parameters import REQUIRED, Parameter
 from tritonrepo.step.python_step import Outputs, PythonStep
 
 
@@ -86,7 +87,7 @@ class SessionStep(PythonStep):
 
     State (:class:`SessionStore`) is keyed by ``request.correlation_id()`` (int or str). A failed
     request changes no state; END drops it even when the request fails. Config parameters:
-    ``max_sessions``; the idle timeout is ``sequence_batching.max_sequence_idle_microseconds``
+    :attr:`PARAMETERS`; the idle timeout is ``sequence_batching.max_sequence_idle_microseconds``
     plus ``IDLE_GRACE_S``, so Triton always drops an idle sequence before this store does.
     """
 
@@ -94,6 +95,17 @@ class SessionStep(PythonStep):
     # Gauge of the sessions this instance holds (labels model, version, instance), on Triton's
     # metrics endpoint; set after every execution, so START, END and evictions all show.
     SESSIONS_METRIC = "tritonrepo_sessions_active"
+    PARAMETERS = (
+        Parameter(
+            "max_sessions",
+            "int",
+            REQUIRED,
+            "sessions",
+            "sessions kept per instance; the least recently used is evicted beyond it",
+            minimum=1,
+        ),
+        Parameter("core_model", "str", spec.CORE_MODEL, "model", "the model BLS calls score with"),
+    )
 
     def initialize(self, args: dict[str, str]) -> None:
         self.instance_name = args.get("model_instance_name", "")
@@ -104,9 +116,9 @@ class SessionStep(PythonStep):
         idle_us = int(self.model_config["sequence_batching"]["max_sequence_idle_microseconds"])
         self.sessions = SessionStore(
             idle_timeout_s=idle_us / 1e6 + self.IDLE_GRACE_S,
-            max_sessions=int(self.parameter("max_sessions")),
+            max_sessions=self.settings["max_sessions"],
         )
-        self.core_model = self.parameter("core_model", spec.CORE_MODEL)
+        self.core_model = self.settings["core_model"]
         # The family must outlive its metric: keep both.
         self.sessions_family = self.pb_utils.MetricFamily(
             name=self.SESSIONS_METRIC,

@@ -13,6 +13,7 @@ from tritonrepo.image.labels import read_labels
 from tritonrepo.image.postprocess import check_top_k, softmax, top_k
 from tritonrepo.image.preprocess import preprocess_batch
 from tritonrepo.step.errors import InvalidRequest
+from tritonrepo.step.parameters import Parameter
 from tritonrepo.step.python_step import Outputs, PythonStep
 
 
@@ -21,8 +22,8 @@ class PreprocessStep(PythonStep):
     INT32 ``[b, 1]`` → ``pixels`` FP32 ``[b, 3, 224, 224]`` (FP16 if the config's output says
     so; the step casts to the config's type) and ``K`` INT32 ``[b, 1]``.
 
-    Config parameter ``preprocessing``: a key of ``spec.PREPROCESSING`` (the classifier's
-    normalisation; default ``efficientnet_lite0``).
+    Config parameter ``preprocessing`` (:attr:`PARAMETERS`): a key of ``spec.PREPROCESSING``
+    (the classifier's normalisation; default ``efficientnet_lite0``).
 
     Raises (per request, as its error): InvalidRequest / OverLimit when any image of the
     request is empty, not JPEG/PNG/WebP, truncated or corrupt, or over a size limit (checked
@@ -31,11 +32,19 @@ class PreprocessStep(PythonStep):
     request.
     """
 
+    PARAMETERS = (
+        Parameter(
+            "preprocessing",
+            "choice",
+            "efficientnet_lite0",
+            "",
+            "the classifier's resize and normalisation (spec.PREPROCESSING)",
+            choices=tuple(spec.PREPROCESSING),
+        ),
+    )
+
     def setup(self) -> None:
-        name = self.parameter("preprocessing", "efficientnet_lite0")
-        if name not in spec.PREPROCESSING:
-            raise ValueError(f"unknown preprocessing '{name}'; one of {list(spec.PREPROCESSING)}")
-        self.prep = spec.PREPROCESSING[name]
+        self.prep = spec.PREPROCESSING[self.settings["preprocessing"]]
 
     def prepare(self, inputs: dict[str, np.ndarray]) -> Outputs:
         if "IMAGE" not in inputs:  # optional in the ensemble config: see its comment
@@ -59,8 +68,14 @@ class PostprocessStep(PythonStep):
     Raises (per request): InvalidRequest when the logits are not ``[b, 1000]``.
     """
 
+    PARAMETERS = (
+        Parameter(
+            "labels_file", "str", spec.LABELS_FILE, "file", "class names in the version folder"
+        ),
+    )
+
     def setup(self) -> None:
-        labels = read_labels(self.artifact(self.parameter("labels_file", spec.LABELS_FILE)))
+        labels = read_labels(self.artifact(self.settings["labels_file"]))
         self.labels = np.array([label.encode() for label in labels], dtype=np.object_)
         self.full = "PROBABILITIES" in self.output_dtypes
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tritonrepo.step import parameters
+
 Feed = dict[str, torch.Tensor]
 
 
@@ -48,18 +50,17 @@ class Grid:
 
 
 def parse_sizes(text: str, key: str) -> tuple[int, ...]:
-    """``"1,2,4"`` → ``(1, 2, 4)``, sorted and deduplicated.
+    """``"1,2,4"`` → ``(1, 2, 4)``, sorted and deduplicated
+    (:func:`tritonrepo.step.parameters.parse_sizes`; a served model's ``cuda_graph_rows`` and
+    ``cuda_graph_positions`` are parsed by its declaration, ``backends/torch_python``).
 
     Raises:
         ValueError: an entry is not a positive integer (the message names ``key``).
     """
     try:
-        sizes = sorted({int(part) for part in text.split(",") if part.strip()})
+        return parameters.parse_sizes(text)
     except ValueError:
         raise ValueError(f"{key} must be comma-separated positive integers, got {text!r}") from None
-    if any(size <= 0 for size in sizes):
-        raise ValueError(f"{key} must be comma-separated positive integers, got {text!r}")
-    return tuple(sizes)
 
 
 def grid_from_parameters(rows: str, positions: str) -> Grid:

@@ -1,10 +1,11 @@
 """Check a model repository for one config set before a server starts (``tritonrepo-preflight``).
 
 Triton finds most of these problems only while loading, one model at a time, and some not at
-all: a Python model without ``model.py`` can hang its load (issue 10), a plan built for another
-GPU fails deep inside the TensorRT backend, and a ``/dev/shm`` too small for the Python instances
-fails under load, not at start. For the models to serve and every model they depend on
-(ensemble steps, BLS targets), resolved with ``--model-config-name`` as Triton resolves them:
+all: a Python model without ``model.py`` stays LOADING until the server restarts
+(docs/known_issues.md), a plan built for another GPU fails deep inside the TensorRT backend, and a
+``/dev/shm`` too small for the Python instances fails under load, not at start. For the models to
+serve and every model they depend on (ensemble steps, models called through BLS), resolved
+with ``--model-config-name`` as Triton resolves them:
 
 * the config parses (``ModelConfig`` protobuf) and ensembles are consistent
   (:func:`tritonrepo_client.control.model_config.check_ensemble`);
@@ -55,7 +56,8 @@ SHM_PER_PYTHON_INSTANCE = 32 * 2**20  # bytes
 
 
 def dependencies(repository: Path, models: Sequence[str], config_name: str | None) -> list[str]:
-    """``models`` and, recursively, their ensemble steps and BLS targets, each once, in order."""
+    """``models`` and, recursively, their ensemble steps and the models they call through BLS,
+    each once, in order."""
     seen: list[str] = []
     stack = list(models)
     while stack:
@@ -139,8 +141,8 @@ def required_artifacts(
     repository: Path, models: Sequence[str], config_name: str | None
 ) -> list[Artifact]:
     """Every file :func:`run` requires for ``models`` and what they depend on (ensemble steps,
-    BLS targets) under ``config_name``: each model's config (:data:`TRACKED`), then per served
-    version the files of :func:`tritonrepo.server.artifact_checks.model_artifacts`.
+    models called through BLS) under ``config_name``: each model's config (:data:`TRACKED`),
+    then per served version the files of :func:`tritonrepo.server.artifact_checks.model_artifacts`.
 
     Models missing from the repository, and configs that do not parse, add nothing (:func:`run`
     reports them).

@@ -28,6 +28,7 @@ import numpy as np
 from tritonrepo.step.error_log import ErrorLog
 from tritonrepo.step.errors import InvalidRequest
 from tritonrepo.step.metrics import StepErrorCounters, error_kind
+from tritonrepo.step.parameters import Parameter, parse
 
 Outputs = dict[str, np.ndarray]
 
@@ -38,25 +39,36 @@ class PythonStep:
     Attributes set by :meth:`initialize`: ``model_config`` (dict), ``model_name``,
     ``version_dir`` (Path of the loaded version folder), ``parameters`` (the config's
     ``parameters`` as ``{key: string_value}``), ``device`` (``"cuda:N"`` for a ``KIND_GPU``
-    instance on GPU N, else ``"cpu"``).
+    instance on GPU N, else ``"cpu"``). :attr:`settings` holds the typed values of the
+    parameters the subclass declares in ``PARAMETERS`` (:mod:`tritonrepo.step.parameters`).
     """
 
     tensor_library = "numpy"  # or "torch": inputs and outputs through DLPack (module docstring)
+    # The config parameters this step reads, parsed by initialize() before setup().
+    PARAMETERS: tuple[Parameter, ...] = ()
+    _settings: dict[str, Any] | None = None
 
     def initialize(self, args: dict[str, str]) -> None:
-        """Called once per instance by the Python backend with its ``args`` dict."""
-        import triton_python_backend_utils as pb_utils
+        """Called once per instance by the Python backend with its ``args`` dict.
 
-        self.pb_utils = pb_utils
+        Raises:
+            ParameterError: the config's parameters do not fit ``PARAMETERS``; the model's load
+                fails with its message (model and key named).
+        """
         self.model_config: dict[str, Any] = json.loads(args["model_config"])
         self.model_name = args["model_name"]
-        self.version_dir = Path(args["model_repository"]) / args["model_version"]
-        gpu = args.get("model_instance_kind") == "GPU"
-        self.device = f"cuda:{args.get('model_instance_device_id', '0')}" if gpu else "cpu"
         self.parameters = {
             key: value.get("string_value", "")
             for key, value in self.model_config.get("parameters", {}).items()
         }
+        # Parsed now: a wrong value fails the load before anything is built.
+        self._settings = parse(self.PARAMETERS, self.parameters, self.model_name)
+        import triton_python_backend_utils as pb_utils
+
+        self.pb_utils = pb_utils
+        self.version_dir = Path(args["model_repository"]) / args["model_version"]
+        gpu = args.get("model_instance_kind") == "GPU"
+        self.device = f"cuda:{args.get('model_instance_device_id', '0')}" if gpu else "cpu"
         self.error_log = ErrorLog(pb_utils.Logger.log_warn)
         self.error_counters = StepErrorCounters(
             pb_utils,
@@ -90,17 +102,19 @@ class PythonStep:
         raise NotImplementedError
 
     # --- the Python backend interface -----------------------------------------------------------
-    def parameter(self, key: str, default: str | None = None) -> str:
-        """A config parameter's string value.
+    @property
+    def settings(self) -> dict[str, Any]:
+        """``{name: typed value}`` of every parameter in ``PARAMETERS``, parsed once from
+        ``parameters`` (:func:`tritonrepo.step.parameters.parse`).
 
         Raises:
-            KeyError: the parameter is missing and no default was given.
+            ParameterError: a value does not fit its declaration, a required one is missing, or
+                a key is unknown; the message names the model and the key.
         """
-        if key in self.parameters:
-            return self.parameters[key]
-        if default is None:
-            raise KeyError(f"model '{self.model_name}' config lacks parameter '{key}'")
-        return default
+        if self._settings is None:
+            model = getattr(self, "model_name", type(self).__name__)
+            self._settings = parse(self.PARAMETERS, self.parameters, model)
+        return self._settings
 
     def artifact(self, filename: str) -> Path:
         """Path of a built artifact in the version folder.

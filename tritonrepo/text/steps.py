@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tritonrepo.step.errors import InvalidRequest
+from tritonrepo.step.parameters import REQUIRED, Parameter
 from tritonrepo.step.python_step import Outputs, PythonStep
 from tritonrepo.text import spec
 from tritonrepo.text.pooling import l2_normalize
@@ -21,21 +22,43 @@ class TokenizeStep(PythonStep):
     All requests of one dynamic batch are tokenized together and padded to the longest item of
     that batch, so their outputs share one ``seq`` and the encoder's dynamic batcher (which only
     joins requests of equal shape, as the TensorRT backend needs) can run them as one batch.
-    Config parameters: ``tokenizer_file`` (in the version folder), ``max_seq_length``,
-    ``max_text_bytes`` (bytes of UTF-8 per text, default ``spec.MAX_TEXT_BYTES`` = 64 KiB).
+    Config parameters: :attr:`PARAMETERS`.
 
     Raises (per request, as its error): InvalidRequest for an empty tensor, a text over
     ``max_text_bytes`` (checked before decoding and tokenizing) or one that is not UTF-8.
     """
 
+    PARAMETERS = (
+        Parameter(
+            "tokenizer_file",
+            "str",
+            "tokenizer.json",
+            "file",
+            "tokenizer.json in the version folder",
+        ),
+        Parameter(
+            "max_seq_length",
+            "int",
+            REQUIRED,
+            "tokens",
+            "tokens kept per text, special tokens included (TextTokenizer)",
+            minimum=2,
+        ),
+        Parameter(
+            "max_text_bytes",
+            "int",
+            spec.MAX_TEXT_BYTES,
+            "bytes",
+            "UTF-8 bytes per text; a longer text is refused before it is decoded",
+            minimum=1,
+        ),
+    )
+
     def setup(self) -> None:
         self.tokenizer = TextTokenizer(
-            self.artifact(self.parameter("tokenizer_file", "tokenizer.json")),
-            int(self.parameter("max_seq_length")),
+            self.artifact(self.settings["tokenizer_file"]), self.settings["max_seq_length"]
         )
-        self.max_text_bytes = int(self.parameter("max_text_bytes", str(spec.MAX_TEXT_BYTES)))
-        if self.max_text_bytes <= 0:
-            raise ValueError(f"max_text_bytes must be > 0, got {self.max_text_bytes}")
+        self.max_text_bytes = self.settings["max_text_bytes"]
 
     def prepare(self, inputs: dict[str, np.ndarray]) -> list[str]:
         return decode_texts(inputs["TEXT"], "TEXT", max_bytes=self.max_text_bytes)

@@ -38,12 +38,12 @@ from tritonrepo_client.control.health import PROBES, is_overload
 from tritonrepo_client.control.repository import RepositoryClient
 from tritonrepo_client.errors import DeadlineExceeded
 from tritonrepo_client.models import DEFAULT_MODELS
+from tritonrepo_client.triton_messages import Kind, dead_stub_instances, kinds_in
 
 # The parameter whose new value makes Triton treat a reload as a config change.
 RESTART_PARAMETER = "tritonrepo_restart"
 # Restore rounds per pass: a re-probe may reveal a second dead step behind the first.
 MAX_ROUNDS = 3
-_DEAD_STUB = re.compile(r"Stub process '([^']+)' is not healthy")
 # Backends whose instances run in Python-backend stub processes: the Python backend and this
 # repository's Python-based backends (backends/onnxruntime_python, backends/torch_python).
 _STUB_BACKEND = re.compile(r"^python$|_python$")
@@ -74,8 +74,9 @@ def twice_on_deadline(fn: Callable[[], T]) -> T:
 
 
 def dead_stub_models(error: str) -> list[str]:
-    """Models whose stubs an error names as not healthy, in order, without repeats."""
-    return list(dict.fromkeys(instance_model(m) for m in _DEAD_STUB.findall(error)))
+    """Models whose stubs an error names as not healthy (:data:`Kind.DEAD_STUB`), in order,
+    without repeats."""
+    return list(dict.fromkeys(instance_model(m) for m in dead_stub_instances(error)))
 
 
 def runs_in_stubs(config: dict[str, Any]) -> bool:
@@ -262,7 +263,8 @@ class Healer:
         named = [m for m in dead_stub_models(error) if m in loaded]
         if named:
             return named
-        if "stub" in error.lower() and model in loaded and runs_in_stubs(self._config(model)):
+        blames_a_stub = Kind.STUB_ERROR in kinds_in(error)
+        if blames_a_stub and model in loaded and runs_in_stubs(self._config(model)):
             return [model]
         return []
 

@@ -1,7 +1,7 @@
 """The image classifiers in the TensorRT plan builder, without TensorRT: profile from config and
 spec, real-photo calibration at the OPT shape, and the accuracy gate, with ONNX Runtime playing
 the engine (the CPU INT8 version as an "INT8 engine"). The real TensorRT builds are
-``tests/unit/test_tensorrt_builder.py``'s (skipped where TensorRT 10 is not installable)."""
+``tests/artifacts/test_tensorrt_builder.py``'s (skipped where TensorRT 10 is not installable)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from builders.gates.accuracy_gate import GateFailed, onnxrt_runner
 from builders.tensorrt import image_plan_data, plan_config
 from builders.tensorrt.plans import build_plan
-from tests.unit.test_tensorrt_builder import OnnxBackend, repository_copy
+from tests.artifacts.test_tensorrt_builder import OnnxBackend, repository_copy
 from tritonrepo.image import spec
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo_client.control.model_config import load_config

@@ -1,8 +1,7 @@
 """Where each request's time goes: per-step markdown tables from a perf_analyzer sweep.
 
 Input is what :func:`benchmarks.triton_side.sweep_steps` returns (a :class:`Sweep`) or its
-levels.
-Per composing model and concurrency level, from the change in Triton's statistics extension
+levels. Per composing model and concurrency level, from the change in Triton's statistics extension
 (``/v2/models/<m>/stats``) between a snapshot right before and right after perf_analyzer ran:
 
 * **avg batch**: ``inference_count / execution_count`` (batch items per execution);

@@ -2,6 +2,6 @@
 
 import sys
 
-from tritonrepo_client.cli.main import main
+from tritonrepo_client.cli.app import main
 
 sys.exit(main())

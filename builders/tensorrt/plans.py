@@ -34,9 +34,8 @@ Per model, ``build_plan``:
    stays off). TensorRT 11 removed the FP16/INT8 flags, so only TensorRT 10.x is accepted;
 3. maps the engine's I/O tensors to config entries and fails if the GPU config disagrees
    (data types come from the engine, not from the precision flag);
-4. runs the accuracy gate (``builders.gates.accuracy_gate``): the engine against ONNX Runtime FP32
-on
-   the FP32 export (version 1), tolerances per precision;
+4. runs the accuracy gate (``builders.gates.accuracy_gate``): the engine against ONNX Runtime
+   FP32 on the FP32 export (version 1), tolerances per precision;
 5. writes ``model.plan`` and ``plan_metadata.json`` next to the ONNX file, each through a
    temporary name and a rename, so a failed or interrupted build never leaves a half-written or
    an ungated plan under the served name.

@@ -2,6 +2,6 @@
 handling (serving).
 """
 
-from tritonrepo_client.cli.main import main
+from tritonrepo_client.cli.app import main
 
 __all__ = ["main"]

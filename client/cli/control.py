@@ -1,5 +1,5 @@
 """The command line's model-control commands, which need the repository key: ``models``,
-``rollout``, ``rollback`` and ``heal`` (the parser is in :mod:`tritonrepo_client.cli.main`)."""
+``rollout``, ``rollback`` and ``heal`` (the parser is in :mod:`tritonrepo_client.cli.app`)."""
 
 from __future__ import annotations
 

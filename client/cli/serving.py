@@ -1,5 +1,5 @@
 """The command line's serving commands that check or replay, ``health`` and ``session`` (the
-parser is in :mod:`tritonrepo_client.cli.main`)."""
+parser is in :mod:`tritonrepo_client.cli.app`)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import yaml
 from tests.dockerfile_steps import COMPOSE_FILE, DOCKER_DIR, ENTRYPOINT, parse_dockerfile
 from tritonrepo.paths import REPO_ROOT
 from tritonrepo.server import launcher
-from tritonrepo_client.cli.main import main as cli
+from tritonrepo_client.cli import app as cli
 from tritonrepo_client.control import health
 
 # --- docker/compose.yaml ----------------------------------------------------------------------
@@ -185,8 +185,9 @@ FAKE_PYTHON = """#!/usr/bin/env bash
 # python: `import tensorrt` succeeds when $FAKE_TENSORRT=1; -m runs are logged
 if [[ "$1" == "-c" && "$2" == *"import tensorrt"* ]]; then
   [[ "${FAKE_TENSORRT:-0}" == 1 ]]; exit
-fi echo "python $*" >> "$FAKE_LOG" [[ "$2" != tritonrepo.server.preflight ||
-"${FAKE_PREFLIGHT_FAIL:-0}" != 1 ]]
+fi
+echo "python $*" >> "$FAKE_LOG"
+[[ "$2" != tritonrepo.server.preflight || "${FAKE_PREFLIGHT_FAIL:-0}" != 1 ]]
 """
 FAKE_TRITONSERVER = """#!/usr/bin/env bash
 echo "tritonserver $*" >> "$FAKE_LOG"

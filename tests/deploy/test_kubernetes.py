@@ -32,7 +32,7 @@ import yaml
 from tests.deploy.test_compose import _run_entrypoint as run_entrypoint_script
 from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
 from tritonrepo.server import preflight
-from tritonrepo_client.cli.main import main as cli
+from tritonrepo_client.cli import app as cli
 from tritonrepo_client.models import DEFAULT_MODELS
 
 K8S_DIR = REPO_ROOT / "deploy" / "kubernetes"

@@ -103,7 +103,7 @@ def test_a_url_with_a_scheme_is_refused_before_connecting(protocol):
 
 @pytest.mark.parametrize("value", ["0", "-1"])
 def test_cli_refuses_a_timeout_that_is_not_positive(value, capsys):
-    from tritonrepo_client.cli.main import main
+    from tritonrepo_client.cli.app import main
 
     assert main(["--timeout", value, "health"]) == 2
     assert "--timeout must be > 0 seconds" in capsys.readouterr().err

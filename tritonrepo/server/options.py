@@ -51,16 +51,15 @@ class ServerOptions:
     ``grpc_tls``: serve gRPC over TLS (:class:`GrpcServerTls`); HTTP TLS ends at a reverse proxy.
     ``heal_interval_s``: seconds between the supervisor's passes (probe every model, reload the
     steps whose stubs died: :mod:`tritonrepo_client.control.healing.healer`); None or 0 = no
-    supervisor.
-    ``heal_backoff_s``: seconds before the supervisor retries a step whose reload failed
+    supervisor. ``heal_backoff_s``: seconds before the supervisor retries a step whose reload failed
     (doubled each time, 3 attempts).
     ``heal_metrics_port``: TCP port on ``host`` where the supervisor serves its Prometheus
     metrics (``tritonrepo_model_ready``, ``tritonrepo_step_restarts_total``,
     ``tritonrepo_server_restarts_total``: :mod:`tritonrepo_client.control.healing.metrics`); None =
-    not served.
-    ``exit_timeout_s``: Triton's ``--exit-timeout-secs``, whole seconds: on SIGTERM, 2.51 first
-    waits for its open HTTP connections to close (idle keep-alive ones included), then for the
-    models to unload, both out of this one budget (server ``src/main.cc``, ``http_server.cc``
+    not served. ``exit_timeout_s``: Triton's ``--exit-timeout-secs``, whole seconds: on SIGTERM,
+    2.51 first waits for its open HTTP connections to close (idle keep-alive ones included), then
+    for the models to unload, both out of this one budget (server ``src/main.cc``,
+    ``http_server.cc``
     ``HTTPServer::Stop``, core ``InferenceServer::Stop``, release r24.10).
     ``stop_timeout_s``: seconds :meth:`TritonServer.stop` waits after SIGTERM before SIGKILL;
     None = ``exit_timeout_s + STOP_MARGIN_S``, so Triton's own exit timeout always runs out

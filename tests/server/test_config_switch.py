@@ -25,7 +25,6 @@ from tests.server.test_faults import Load, embedding_call, matches
 from tests.server.test_faults import embed as embed_once
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo_client import RankingClient, RepositoryClient, TritonConnection, rollback
-from tritonrepo_client.control import rollout
 from tritonrepo_client.control.config_sets import (
     CONFIG_SET_PARAMETER,
     ConfigSwitchError,
@@ -35,7 +34,7 @@ from tritonrepo_client.control.config_sets import (
     target_config,
 )
 from tritonrepo_client.control.model_config import load_config
-from tritonrepo_client.control.rollout import previous_version
+from tritonrepo_client.control.rollout import previous_version, rollout
 
 # The models of the switch: text_embedding's steps and the CTR models (the image models are
 # left out of the test's repository folder, so the command leaves them alone).

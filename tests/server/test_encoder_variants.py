@@ -19,7 +19,7 @@ from tritonrepo.text import spec
 from tritonrepo.text.pooling import l2_normalize
 from tritonrepo.text.tokenization import TextTokenizer
 from tritonrepo_client import EmbeddingClient, RepositoryClient, rollback
-from tritonrepo_client.control import rollout
+from tritonrepo_client.control.rollout import rollout
 
 ENCODER_DIR = MODEL_REPOSITORY / spec.ENCODER_MODEL
 FUSED, INT8 = 3, 4

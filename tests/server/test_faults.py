@@ -38,7 +38,7 @@ from tritonrepo_client import (
     SessionClient,
     TritonConnection,
 )
-from tritonrepo_client.control import rollout
+from tritonrepo_client.control.rollout import rollout
 
 pytestmark = pytest.mark.server
 

@@ -34,7 +34,7 @@ from tritonrepo_client import (
     VersionNotLoaded,
     rollback,
 )
-from tritonrepo_client.control import rollout
+from tritonrepo_client.control.rollout import rollout
 
 pytestmark = pytest.mark.server
 PROBES = [

@@ -150,7 +150,7 @@ def calibration_batches(
         batch_size: rows per batch (the last batch may be smaller).
         source: ``"log"`` for real held-out click-log rows (the calibration split, disjoint from
             training and evaluation), ``"random"`` for uniformly random item ids and history
-            lengths (the comparison baseline of issue 3).
+            lengths (the comparison baseline of the CTR benchmark).
         generator: the click-log generator (default: the build's).
 
     Yields:

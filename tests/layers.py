@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Layer of a module, by longest matching dotted prefix; folders that are not packages
 # (backends/, model_repository/) get pseudo-names.
 LAYERS = {
+    "tritonrepo": "shared: paths",
     "tritonrepo.step": "stub: step",
     "tritonrepo.runners": "stub: runners",
     "tritonrepo.text": "stub: models",
@@ -105,29 +106,46 @@ def is_module(dotted: str) -> bool:
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
-def imports_in(source: str) -> Iterator[tuple[int, str]]:
+def _absolute(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module of ``from <dots><module> import ...`` inside ``package``."""
+    if node.level == 0:
+        return node.module or ""
+    base = package.split(".")
+    base = base[: len(base) - node.level + 1] if node.level > 1 else base
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _is_import_call(node: ast.AST) -> bool:
+    """A call of ``import_module`` or ``__import__`` (attribute or bare name) with a literal
+    module name."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    first = node.args[0]
+    return (
+        name in ("import_module", "__import__")
+        and isinstance(first, ast.Constant)
+        and isinstance(first.value, str)
+    )
+
+
+def imports_in(source: str, package: str = "") -> Iterator[tuple[int, str]]:
     """``(line, dotted module)`` of every first-party import in ``source``: ``import a.b``,
-    ``from a.b import c`` (as ``a.b.c`` too, c may be a module), at any depth, and
-    ``importlib.import_module("a.b")`` with a literal name."""
+    ``from a.b import c`` (as ``a.b.c`` too, c may be a module), relative imports (resolved
+    against ``package``, the importing module's package), at any depth, and
+    ``import_module("a.b")`` / ``__import__("a.b")`` with a literal name (a name built at run
+    time cannot be read from the source; none is used)."""
     for node in ast.walk(ast.parse(source)):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [
-                f"{node.module}.{a.name}"
-                for a in node.names
-                if is_module(f"{node.module}.{a.name}")
-            ]
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "import_module"
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-        ):
-            names = [node.args[0].value]
+        elif isinstance(node, ast.ImportFrom):
+            module = _absolute(node, package)
+            members = [f"{module}.{a.name}" for a in node.names]
+            names = [module] + [m for m in members if is_module(m)]
+        elif _is_import_call(node):
+            names = [node.args[0].value]  # type: ignore[attr-defined]
         for name in names:
             if name.split(".")[0] in FIRST_PARTY:
                 yield node.lineno, name
@@ -154,8 +172,11 @@ def all_imports() -> list[Import]:
     for path in source_files():
         source_layer = file_layer(path)
         if source_layer is None:
-            continue
-        for line, module in imports_in(path.read_text()):
+            raise LookupError(f"{path.relative_to(ROOT)} is in no layer: add it to LAYERS")
+        name = module_of(path)
+        package = name.removesuffix(".__init__") if path.name == "__init__.py" else ""
+        package = package or name.rpartition(".")[0]
+        for line, module in imports_in(path.read_text(), package):
             target = layer(module)
             if target is not None:
                 rel = str(path.relative_to(ROOT))

@@ -9,6 +9,7 @@ serves the repository (``tritonrepo.server.local``) registers them under the ent
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -43,9 +44,18 @@ class LocalRepository:
 @cache
 def local_repository() -> LocalRepository:
     """The registered :class:`LocalRepository`, or the fallback relative to the working
-    directory when no package registers one."""
+    directory when no package registers one or the one registered does not import (said on
+    stderr, so a broken server install does not take the client's commands with it)."""
     for entry in entry_points(group=GROUP):
-        found = entry.load()
+        try:
+            found = entry.load()
+        except ImportError as exc:
+            print(
+                f"warning: {GROUP} entry point {entry.value}: {exc}; using ./model_repository "
+                "and no repository checks",
+                file=sys.stderr,
+            )
+            break
         return found() if callable(found) else found
     cwd = Path.cwd()
     return LocalRepository(cwd / "model_repository", cwd / "build" / "repository.key")

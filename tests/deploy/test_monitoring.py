@@ -1,4 +1,4 @@
-"""Issue 12: the shipped Prometheus rules, scrape config and Grafana dashboard
+"""The shipped Prometheus rules, scrape config and Grafana dashboard
 (``deploy/prometheus``, ``deploy/grafana``), checked with promtool and against a real
 Prometheus (Debian's ``prometheus`` package; ``make test`` installs it) that scrapes a real
 server and its self-healing supervisor during traffic.

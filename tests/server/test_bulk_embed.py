@@ -1,4 +1,4 @@
-"""Bulk embedding (issue 13): `tritonrepo-client embed --input ... --output ...` and
+"""Bulk embedding: `tritonrepo-client embed --input ... --output ...` and
 EmbeddingClient.embed_iter against the real server, both protocols."""
 
 from __future__ import annotations

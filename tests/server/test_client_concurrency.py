@@ -1,4 +1,4 @@
-"""Issue 13 on the real server: clients shared across threads, asyncio clients, sessions in
+"""On the real server: clients shared across threads, asyncio clients, sessions in
 order when events are fired without waiting, deadlines, retries and error kinds."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The CPU fallback (issue 12): ``tritonrepo-client configs use SET`` switches a running server
+"""The CPU fallback: ``tritonrepo-client configs use SET`` switches a running server
 between config sets through the load API, under load, without a failed request.
 
 The server here serves the CPU set, and this machine has no GPU and no TensorRT, so the GPU

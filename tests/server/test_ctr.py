@@ -24,7 +24,7 @@ TOLERANCE = 1e-5  # served CTR vs PyTorch
 
 
 def reference_rows(history: list[int], candidates: list[int]) -> np.ndarray:
-    """Issue 3's rules, written out: ids outside 1..9999 -> 0, last 63 history items,
+    """The CTR id rules, written out: ids outside 1..9999 -> 0, last 63 history items,
     left-padded with 0, candidate last."""
 
     def vocab(i: int) -> int:

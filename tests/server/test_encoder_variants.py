@@ -23,7 +23,7 @@ from tritonrepo_client.control.rollout import rollout
 
 ENCODER_DIR = MODEL_REPOSITORY / spec.ENCODER_MODEL
 FUSED, INT8 = 3, 4
-MIN_COSINE = {FUSED: 0.9999, INT8: 0.99}  # issue 8: INT8 min cosine ≥ 0.99 on real text
+MIN_COSINE = {FUSED: 0.9999, INT8: 0.99}  # INT8: min cosine ≥ 0.99 on real text
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Faults on a real server (issue 10): a step unloaded mid-flight, a version that fails to load
+"""Faults on a real server: a step unloaded mid-flight, a version that fails to load
 during a rollout under load, clients that disconnect or time out, queue timeouts that drain a
 queue, the sessions gauge, and a restart under load that retrying clients ride out.
 

@@ -391,7 +391,7 @@ def id_arrays(draw: st.DrawFn, max_small: int, large: list[int]) -> np.ndarray:
 
 
 def vocab(ids: np.ndarray) -> np.ndarray:
-    """Issue 3's rule written out: ids outside 1..9999 are the out-of-vocabulary id 0."""
+    """The CTR id rule written out: ids outside 1..9999 are the out-of-vocabulary id 0."""
     ids = np.asarray(ids, dtype=np.int64)
     return np.where((ids >= 1) & (ids <= 9999), ids, 0)
 

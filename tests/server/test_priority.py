@@ -1,4 +1,4 @@
-"""Priority levels and queue limits of the core models (issue 12), on real servers.
+"""Priority levels and queue limits of the core models, on real servers.
 
 * Every config set of every core model has two priority levels (1 real-time, the default; 2
   bulk) and a bounded queue with a timeout that REJECTs, for each level.

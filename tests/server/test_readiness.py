@@ -1,4 +1,4 @@
-"""Issue 10: readiness means "can serve". `tritonrepo-client health` judges the models this
+"""Readiness means "can serve". `tritonrepo-client health` judges the models this
 deployment serves (each READY and answering a probe inference), not Triton's server readiness,
 which ``--strict-readiness=true`` (Triton's default, the container's) turns false when any
 unrelated model fails to load. The module's server runs strict on purpose, like the container.

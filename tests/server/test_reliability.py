@@ -1,4 +1,4 @@
-"""Issue 10's cases on the real server: deadlines on model control, override and correlation-ID
+"""Reliability cases on the real server: deadlines on model control, override and correlation-ID
 checks before sending, per-request errors in the server log, and shared memory left behind.
 (Dead steps and readiness: test_self_healing.py, test_readiness.py; limits: test_limits.py.)"""
 

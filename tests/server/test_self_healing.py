@@ -1,4 +1,4 @@
-"""Issue 10: a dead Python step stays dead on Triton 2.51 (a stub killed as the OOM killer would,
+"""A dead Python step stays dead on Triton 2.51 (a stub killed as the OOM killer would,
 SIGKILL, is not restarted and every request through it fails), so the launcher's supervisor and
 ``tritonrepo-client heal`` reload that step, and only it.
 

@@ -85,3 +85,30 @@ def test_the_client_finds_this_checkout_through_its_entry_point(monkeypatch, tmp
         assert bare.check(tmp_path, "anything", None) == []
     finally:
         local.local_repository.cache_clear()
+
+
+def test_relative_and_dunder_imports_are_read_too():
+    """``from ..server import x`` inside ``tritonrepo.step`` and ``__import__("...")`` count as
+    imports of what they name; the bare package ``tritonrepo`` has a layer the client may not
+    import."""
+    source = (
+        "from ..server import launcher\n"
+        "from . import errors\n"
+        "__import__('tritonrepo.server.preflight')\n"
+        "from importlib import import_module\n"
+        "import_module('tritonrepo_client.control')\n"
+        "import tritonrepo\n"
+    )
+    found = sorted(module for _, module in layers.imports_in(source, "tritonrepo.step"))
+    assert found == sorted(
+        [
+            "tritonrepo.server",
+            "tritonrepo.server.launcher",
+            "tritonrepo.step",
+            "tritonrepo.step.errors",
+            "tritonrepo.server.preflight",
+            "tritonrepo_client.control",
+            "tritonrepo",
+        ]
+    )
+    assert layers.layer("tritonrepo") not in layers.ALLOWED["client: data plane"]

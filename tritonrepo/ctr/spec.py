@@ -1,6 +1,6 @@
 """Facts about the CTR model that configs, builders, steps, clients and tests share.
 
-The model (issue 3, ``builders/onnx_export/ctr_network.py``): ``Embedding(VOCAB_SIZE, D_MODEL)``
+The model (``builders/onnx_export/ctr_network.py``): ``Embedding(VOCAB_SIZE, D_MODEL)``
 plus a learned position embedding → ``NUM_LAYERS`` ``TransformerEncoderLayer`` (d_model 128, 8
 heads, batch_first, pre-norm) → mean over the sequence → ``Linear(128, 1)`` → sigmoid. One input row
 is ``SEQ_LENGTH`` item ids: the user's last ``HISTORY_LENGTH`` items, left-padded with ``PAD_ID``,

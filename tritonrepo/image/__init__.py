@@ -1,2 +1,2 @@
 """The ``image_classification`` pipeline: decoding and preprocessing, postprocessing, labels, the
-Python-backend steps and the in-process PyTorch reference (issue 11)."""
+Python-backend steps and the in-process PyTorch reference."""

@@ -119,7 +119,13 @@ def check_top_k(top_k: int) -> None:
 
 def batches(files: Sequence[bytes], batch_size: int) -> list[list[bytes]]:
     """``files`` cut into requests of at most ``batch_size`` (the ensemble's
-    ``max_batch_size``), in order."""
+    ``max_batch_size``), in order.
+
+    Raises:
+        ValueError: ``batch_size`` < 1.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     return [list(files[i : i + batch_size]) for i in range(0, len(files), batch_size)]
 
 

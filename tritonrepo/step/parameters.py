@@ -202,6 +202,7 @@ def parse(
     Raises:
         ParameterError: a value does not fit its declaration, a required parameter is missing,
             or a key is neither declared nor exempt; one error listing every such key.
+        ValueError: the step declares a name twice (a programming error, not a config one).
     """
     declared = list(declared)
     names = [p.name for p in declared]

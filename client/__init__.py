@@ -51,12 +51,14 @@ from tritonrepo_client.errors import (
     ServerUnreachable,
     VersionNotLoaded,
 )
+from tritonrepo_client.pipeline import AsyncPipelineClient, PipelineClient
 from tritonrepo_client.ranking import Ranking, RankingClient, Session, SessionClient
 from tritonrepo_client.retry import RetryPolicy
 
 __all__ = [
     "AsyncClassificationClient",
     "AsyncEmbeddingClient",
+    "AsyncPipelineClient",
     "AsyncRankingClient",
     "AsyncSession",
     "AsyncSessionClient",
@@ -71,6 +73,7 @@ __all__ = [
     "EmbeddingClient",
     "GrpcTls",
     "ModelVersionState",
+    "PipelineClient",
     "Ranking",
     "RankingClient",
     "RepositoryClient",

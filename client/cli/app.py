@@ -40,6 +40,7 @@ from tritonrepo_client.cli.control import (
     rollout_command,
     tls_from_args,
 )
+from tritonrepo_client.cli.infer import add_infer_parser, infer_command
 from tritonrepo_client.cli.serving import health_command, session_command
 from tritonrepo_client.connection import DEFAULT_URLS, ClientError
 from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matrix
@@ -139,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     classify.add_argument("--model", default="image_classification")
     classify.add_argument("--json", action="store_true", help="one JSON line per image")
     classify.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+    add_infer_parser(sub)
 
     health = sub.add_parser(
         "health",
@@ -348,6 +350,7 @@ COMMANDS = {
     "rank": _rank,
     "session": session_command,
     "classify": _classify,
+    "infer": infer_command,
     "health": health_command,
     "heal": heal_command,
     "configs": configs_command,

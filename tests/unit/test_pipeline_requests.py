@@ -1,0 +1,303 @@
+"""The generic client's checks and the ``infer`` command's parsing and output, without a server.
+
+The metadata and config answers below are written as Triton 2.51 sends them (KServe v2
+model metadata: ``shape`` with the batch dim as -1; gRPC's protobuf JSON: int64 fields as
+strings, a 0 ``max_batch_size`` left out), for the shapes of ``text_embedding`` and of the
+ONNX encoder behind it (model_repository/*/config.pbtxt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from tritonrepo_client.cli.infer import (
+    format_outputs,
+    input_argument,
+    jsonable,
+    load_inputs,
+    load_value,
+    npy_array,
+    write_outputs,
+)
+from tritonrepo_client.pipeline_requests import (
+    names_version_not_loaded,
+    prepare_inputs,
+    requested_outputs,
+    signature_of,
+    version_text,
+)
+
+EMBEDDING_METADATA = {
+    "name": "text_embedding",
+    "versions": ["1"],
+    "platform": "ensemble",
+    "inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [-1, 1]}],
+    "outputs": [{"name": "EMBEDDING", "datatype": "FP32", "shape": [-1, 384]}],
+}
+EMBEDDING_CONFIG = {"name": "text_embedding", "max_batch_size": 64, "input": [{"name": "TEXT"}]}
+# gRPC (as_json=True): the same model, shapes as strings, the config wrapped by the caller.
+ENCODER_GRPC_METADATA = {
+    "name": "text_embedding_encoder",
+    "versions": ["1"],
+    "platform": "onnxruntime_onnx",
+    "inputs": [
+        {"name": "input_ids", "datatype": "INT64", "shape": ["-1", "-1"]},
+        {"name": "attention_mask", "datatype": "INT64", "shape": ["-1", "-1"]},
+        {"name": "token_type_ids", "datatype": "INT64", "shape": ["-1", "-1"]},
+    ],
+    "outputs": [{"name": "sentence_embedding", "datatype": "FP32", "shape": ["-1", "384"]}],
+}
+ENCODER_GRPC_CONFIG = {
+    "name": "text_embedding_encoder",
+    "max_batch_size": 64,
+    "input": [
+        {"name": "input_ids", "dims": ["-1"]},
+        {"name": "attention_mask", "dims": ["-1"]},
+        {"name": "token_type_ids", "dims": ["-1"], "optional": True},
+    ],
+}
+# A model without batching (gRPC JSON leaves max_batch_size 0 out).
+UNBATCHED_METADATA = {
+    "name": "scorer",
+    "inputs": [
+        {"name": "X", "datatype": "FP32", "shape": [3, 2]},
+        {"name": "K", "datatype": "INT8", "shape": [1]},
+        {"name": "FLAG", "datatype": "BOOL", "shape": [1]},
+        {"name": "H", "datatype": "BF16", "shape": [1]},
+    ],
+    "outputs": [{"name": "Y", "datatype": "FP32", "shape": [3]}],
+}
+
+
+@pytest.fixture
+def embedding():
+    return signature_of(EMBEDDING_METADATA, EMBEDDING_CONFIG)
+
+
+@pytest.fixture
+def encoder():
+    return signature_of(ENCODER_GRPC_METADATA, ENCODER_GRPC_CONFIG, "1")
+
+
+@pytest.fixture
+def unbatched():
+    return signature_of(
+        UNBATCHED_METADATA, {"name": "scorer", "input": [{"name": "H", "optional": True}]}
+    )
+
+
+# --- signatures ----------------------------------------------------------------------------
+def test_the_signature_is_read_from_http_and_grpc_answers(embedding, encoder, unbatched):
+    assert embedding.max_batch_size == 64 and embedding.version == ""
+    assert [(t.name, t.datatype, t.shape, t.batched) for t in embedding.inputs] == [
+        ("TEXT", "BYTES", (-1, 1), True)
+    ]
+    assert embedding.output_names() == ["EMBEDDING"]
+    assert encoder.version == "1" and encoder.inputs[0].shape == (-1, -1)
+    assert encoder.outputs[0].shape == (-1, 384)
+    assert [t.optional for t in encoder.inputs] == [False, False, True]
+    assert unbatched.max_batch_size == 0 and not unbatched.inputs[0].batched
+    assert embedding.describe().splitlines() == [
+        "model 'text_embedding' (max_batch_size 64)",
+        "  input TEXT BYTES [batch, 1]",
+        "  output EMBEDDING FP32 [batch, 384]",
+    ]
+    assert encoder.inputs[2].describe() == "token_type_ids INT64 [batch, *]"
+
+
+def test_an_answer_that_is_not_metadata_is_refused():
+    with pytest.raises(ValueError, match=r"entry without name"):
+        signature_of({"name": "m", "inputs": [{"shape": [1]}]}, {})
+
+
+# --- inputs --------------------------------------------------------------------------------
+def test_text_becomes_an_object_array_of_utf8_bytes(embedding):
+    sent = prepare_inputs(embedding, {"TEXT": [["hello"], ["Ünïcödé"]]})
+    assert sent["TEXT"].dtype == object and sent["TEXT"].shape == (2, 1)
+    assert sent["TEXT"].tolist() == [[b"hello"], ["Ünïcödé".encode()]]
+    raw = prepare_inputs(embedding, {"TEXT": np.array([[b"\xff"]], dtype=object)})
+    assert raw["TEXT"].tolist() == [[b"\xff"]]
+    unicode = prepare_inputs(embedding, {"TEXT": np.array([["a"]])})  # dtype <U1
+    assert unicode["TEXT"].tolist() == [[b"a"]]
+
+
+def test_an_unknown_input_is_named_with_the_inputs_and_a_suggestion(embedding):
+    with pytest.raises(ValueError) as info:
+        prepare_inputs(embedding, {"TXT": [["hello"]]})
+    message = str(info.value)
+    assert "model 'text_embedding' has no input 'TXT'" in message
+    assert "did you mean 'TEXT'?" in message and "TEXT BYTES [batch, 1]" in message
+
+
+def test_a_missing_input_is_named_and_an_optional_one_may_be_left_out(encoder):
+    ids = np.array([[101, 7592, 102]])
+    with pytest.raises(ValueError, match=r"needs input\(s\) missing here: attention_mask INT64"):
+        prepare_inputs(encoder, {"input_ids": ids})
+    sent = prepare_inputs(encoder, {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+    assert sorted(sent) == ["attention_mask", "input_ids"]
+    assert sent["input_ids"].dtype == np.int64
+
+
+def test_numbers_are_not_text_and_text_is_not_numbers(embedding, encoder):
+    with pytest.raises(ValueError, match=r"input TEXT is BYTES .* got a int64 array: pass strings"):
+        prepare_inputs(embedding, {"TEXT": np.array([[1]])})
+    with pytest.raises(ValueError, match=r"item 1 .* is int 2, not str or bytes"):
+        prepare_inputs(embedding, {"TEXT": [["one"], [2]]})  # not silently "2"
+    with pytest.raises(ValueError, match=r"input input_ids is INT64 .* got <U5 values"):
+        prepare_inputs(encoder, {"input_ids": [["hello"]], "attention_mask": [[1]]})
+
+
+def test_dtypes_are_cast_only_when_no_value_changes_meaning(unbatched):
+    x = [[1, 2], [3, 4], [5, 6]]  # JSON integers: int64
+    good = {"X": x, "K": [7], "FLAG": [True]}
+    sent = prepare_inputs(unbatched, good)
+    assert sent["X"].dtype == np.float32 and sent["K"].dtype == np.int8
+    assert sent["FLAG"].dtype == np.bool_
+    np.testing.assert_array_equal(sent["X"], np.array(x, dtype=np.float32))
+    with pytest.raises(ValueError, match=r"input K is INT8 \(int8\), got float64: pass integers"):
+        prepare_inputs(unbatched, good | {"K": [1.5]})
+    with pytest.raises(
+        ValueError, match=r"input K is INT8 .* values 300..300 do not fit .*-128..127"
+    ):
+        prepare_inputs(unbatched, good | {"K": [300]})
+    with pytest.raises(ValueError, match=r"input FLAG is BOOL .* got int64: pass true/false"):
+        prepare_inputs(unbatched, good | {"FLAG": [1]})
+    with pytest.raises(ValueError, match=r"input X is FP32 .* got bool: pass numbers"):
+        prepare_inputs(unbatched, good | {"X": np.ones((3, 2), dtype=bool)})
+    with pytest.raises(ValueError, match=r"input H is BF16, which this client cannot send"):
+        prepare_inputs(unbatched, good | {"H": [1.0]})
+
+
+def test_shapes_must_match_the_dims_and_minus_one_is_free(embedding, encoder, unbatched):
+    with pytest.raises(ValueError) as info:
+        prepare_inputs(embedding, {"TEXT": ["hello"]})
+    assert str(info.value).startswith(
+        "input TEXT: expected 2 dims (TEXT BYTES [batch, 1]; the first dim is the batch (1..64))"
+        ", got shape [1] (1 dims)"
+    )
+    assert "np.reshape(value, [-1, 1])" in str(info.value)
+    with pytest.raises(ValueError, match=r"input TEXT: dim 1 must be 1, got 2 \(shape \[1, 2\]"):
+        prepare_inputs(embedding, {"TEXT": [["a", "b"]]})
+    long = np.ones((2, 300), dtype=np.int64)  # any sequence length
+    assert prepare_inputs(encoder, {"input_ids": long, "attention_mask": long})
+    with pytest.raises(ValueError, match=r"input X: dim 0 must be 3, got 2"):
+        prepare_inputs(unbatched, {"X": np.zeros((2, 2)), "K": [1], "FLAG": [True]})
+
+
+def test_the_batch_dim_is_one_to_max_batch_size_and_equal_across_inputs(embedding, encoder):
+    with pytest.raises(ValueError, match=r"batch of 65 items .* 1 to 64 per request: send at most"):
+        prepare_inputs(embedding, {"TEXT": [["x"]] * 65})
+    with pytest.raises(ValueError, match=r"batch of 0 items"):
+        prepare_inputs(embedding, {"TEXT": np.zeros((0, 1), dtype=object)})
+    assert prepare_inputs(embedding, {"TEXT": [["x"]] * 64})["TEXT"].shape == (64, 1)
+    with pytest.raises(
+        ValueError, match=r"same batch size .*: input_ids has 2, attention_mask has 3"
+    ):
+        prepare_inputs(
+            encoder,
+            {"input_ids": np.ones((2, 4), np.int64), "attention_mask": np.ones((3, 4), np.int64)},
+        )
+
+
+def test_ragged_values_and_non_mappings_are_named(embedding):
+    with pytest.raises(ValueError, match=r"input TEXT: not a rectangular array"):
+        prepare_inputs(embedding, {"TEXT": [["a"], ["b", "c"]]})
+    with pytest.raises(ValueError, match=r"takes a mapping \{input name: array\}, got list"):
+        prepare_inputs(embedding, [["hello"]])  # type: ignore[arg-type]
+
+
+# --- outputs and versions ------------------------------------------------------------------
+def test_outputs_default_to_all_and_are_checked(encoder, embedding):
+    assert requested_outputs(embedding, None) == ["EMBEDDING"]
+    assert requested_outputs(embedding, ["EMBEDDING", "EMBEDDING"]) == ["EMBEDDING"]
+    with pytest.raises(ValueError, match=r"has no output 'EMBEDDINGS': did you mean 'EMBEDDING'"):
+        requested_outputs(embedding, ["EMBEDDINGS"])
+    with pytest.raises(ValueError, match=r"got one string 'EMBEDDING': pass \['EMBEDDING'\]"):
+        requested_outputs(embedding, "EMBEDDING")
+    with pytest.raises(ValueError, match=r"outputs is empty"):
+        requested_outputs(encoder, [])
+
+
+def test_versions():
+    assert version_text(None) == "" and version_text(2) == "2" and version_text("3") == "3"
+    for bad in ("latest", 0, "-1", True, 1.5):
+        with pytest.raises(ValueError, match=r"model_version"):
+            version_text(bad)  # type: ignore[arg-type]
+    # Triton 2.51's texts (model_lifecycle.cc ModelLifeCycle::GetModel).
+    assert names_version_not_loaded(
+        RuntimeError("Request for unknown model: 'text_embedding' version 7 is not found")
+    )
+    assert names_version_not_loaded(RuntimeError("'m' version 2 is not at ready state"))
+    assert not names_version_not_loaded(RuntimeError("unexpected inference input 'TXT'"))
+
+
+# --- the infer command's values ------------------------------------------------------------
+def test_input_arguments_split_at_the_first_equals_sign():
+    assert input_argument('TEXT=[["a=b"]]') == ("TEXT", '[["a=b"]]')
+    for bad in ("TEXT", "=[1]", "TEXT="):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"expected NAME=VALUE"):
+            input_argument(bad)
+
+
+def test_values_are_json_literals_or_files(tmp_path):
+    assert load_value("TEXT", '[["hello"]]') == [["hello"]]
+    with pytest.raises(ValueError, match=r"--input TEXT: the value is not JSON .* quote it"):
+        load_value("TEXT", "[[hello]]")
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.save(tmp_path / "x.npy", array)
+    loaded = load_value("X", f"@{tmp_path / 'x.npy'}")
+    assert loaded.dtype == np.float32
+    np.testing.assert_array_equal(loaded, array)
+    np.save(tmp_path / "texts.npy", np.array([["a"], ["b"]], dtype=str))
+    assert load_value("T", f"@{tmp_path / 'texts.npy'}").tolist() == [["a"], ["b"]]
+    (tmp_path / "x.json").write_text('{"not": "a list"')
+    with pytest.raises(ValueError, match=r"x.json is not JSON .*line 1"):
+        load_value("X", f"@{tmp_path / 'x.json'}")
+    (tmp_path / "y.json").write_text("[[1, 2]]")
+    assert load_value("Y", f"@{tmp_path / 'y.json'}") == [[1, 2]]
+    np.save(tmp_path / "objects.npy", np.array([["a"]], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match=r"holds Python objects .* np.array\(texts, dtype=str\)"):
+        load_value("T", f"@{tmp_path / 'objects.npy'}")
+    with pytest.raises(ValueError, match=r"must be a .npy or .json file \(got suffix '.txt'\)"):
+        load_value("T", f"@{tmp_path / 'x.txt'}")
+    with pytest.raises(OSError):
+        load_value("T", f"@{tmp_path / 'missing.npy'}")
+    with pytest.raises(ValueError, match=r"--input A is given twice"):
+        load_inputs([("A", "[1]"), ("A", "[2]")])
+
+
+def test_outputs_print_as_one_json_object_with_text_decoded():
+    answers = {
+        "LABELS": np.array([[b"tabby cat", b"\xff\xfe"]], dtype=object),
+        "SCORES": np.array([[0.5, 0.25]], dtype=np.float32),
+        "IDS": np.array([3], dtype=np.int64),
+    }
+    assert jsonable(answers["LABELS"]) == [["tabby cat", {"base64": "//4="}]]
+    assert json.loads(format_outputs(answers)) == {
+        "LABELS": [["tabby cat", {"base64": "//4="}]],
+        "SCORES": [[0.5, 0.25]],
+        "IDS": [3],
+    }
+    assert format_outputs({"T": np.array([["Ünï"]], dtype=object)}) == '{"T": [["Ünï"]]}'
+
+
+def test_outputs_are_written_as_npy_files_without_pickles(tmp_path):
+    answers = {
+        "EMBEDDING": np.ones((2, 3), dtype=np.float32),
+        "LABELS": np.array([[b"cat"], ["Ünï".encode()]], dtype=object),
+        "RAW": np.array([b"\xff"], dtype=object),
+    }
+    paths = write_outputs(answers, tmp_path / "out")
+    assert [p.name for p in paths] == ["EMBEDDING.npy", "LABELS.npy", "RAW.npy"]
+    back = {p.stem: np.load(p, allow_pickle=False) for p in paths}
+    np.testing.assert_array_equal(back["EMBEDDING"], answers["EMBEDDING"])
+    assert back["LABELS"].tolist() == [["cat"], ["Ünï"]]
+    assert back["RAW"].tolist() == [b"\xff"]
+    assert npy_array(answers["EMBEDDING"]) is answers["EMBEDDING"]
+    for bad in ("../x", ".hidden", "a/b"):
+        with pytest.raises(ValueError, match=r"is not a plain file name"):
+            write_outputs({bad: np.ones(1)}, tmp_path / "bad")

@@ -119,13 +119,16 @@ def docs_workdir(tmp_path_factory) -> Path:
             (work / name).symlink_to(REPO_ROOT / name)
     # The blocks run with the venv as it is. A block's `make` must not reinstall it from the
     # copy: pip's editable install would then point at a folder pytest deletes later.
+    # (Nanoseconds, and a second older than the stamp: a float mtime set back can round up past
+    # the stamp's, and make then reinstalls.)
     stamp = REPO_ROOT / ".venv" / ".installed"
     if stamp.is_file():
-        installed = stamp.stat().st_mtime
+        installed_ns = stamp.stat().st_mtime_ns
+        older_ns = installed_ns - 1_000_000_000
         for name in ("requirements.txt", "pyproject.toml"):
-            if (work / name).stat().st_mtime > installed:
+            if (work / name).stat().st_mtime_ns >= installed_ns:
                 warnings.warn(f"{name} is newer than .venv: run `make setup`", stacklevel=1)
-                os.utime(work / name, (installed, installed))
+                os.utime(work / name, ns=(older_ns, older_ns))
     return work
 
 

@@ -48,9 +48,12 @@ def read_key_file(path: str | Path) -> str:
     return key
 
 
-def find_key(key_file: str | Path | None = None) -> tuple[str, str] | None:
-    """``(key, where it came from)`` from ``key_file``, the environment or
-    ``build/repository.key``, in that order; ``None`` if there is none.
+def find_key(
+    key_file: str | Path | None = None, default_file: Path | None = None
+) -> tuple[str, str] | None:
+    """``(key, where it came from)`` from ``key_file``, the environment or the default file
+    (``default_file``, else the local repository's: ``build/repository.key`` of the checkout),
+    in that order; ``None`` if there is none.
 
     Raises:
         RepositoryKeyError: an explicitly named file (argument or
@@ -62,7 +65,7 @@ def find_key(key_file: str | Path | None = None) -> tuple[str, str] | None:
         return os.environ[ENV_KEY].strip(), f"${ENV_KEY}"
     if os.environ.get(ENV_KEY_FILE):
         return read_key_file(os.environ[ENV_KEY_FILE]), os.environ[ENV_KEY_FILE]
-    default = local_repository().key_file
+    default = default_file or local_repository().key_file
     if default.is_file():
         return read_key_file(default), str(default)
     return None

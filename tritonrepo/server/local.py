@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tritonrepo.paths import MODEL_REPOSITORY
-from tritonrepo.server import preflight
-from tritonrepo.server.repository_key import DEFAULT_KEY_FILE
+from tritonrepo.server import preflight, repository_key
 from tritonrepo_client.control.local import LocalRepository
 
 
@@ -25,7 +24,7 @@ def checkout() -> LocalRepository:
     """The :class:`~tritonrepo_client.control.local.LocalRepository` of this checkout."""
     return LocalRepository(
         MODEL_REPOSITORY,
-        DEFAULT_KEY_FILE,
+        repository_key.DEFAULT_KEY_FILE,
         preflight_problems,
         "python -m tritonrepo.server.preflight",
     )

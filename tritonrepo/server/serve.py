@@ -175,7 +175,7 @@ def launcher_key(args: argparse.Namespace) -> tuple[str | None, str]:
     """
     if args.no_repository_key:
         return None, "model-repository API (load/unload/index) is OPEN: no key"
-    found = repository_key.find_key(args.repository_key_file)
+    found = repository_key.find_key(args.repository_key_file, repository_key.DEFAULT_KEY_FILE)
     if found:
         return found[0], f"model-repository API key from {found[1]}"
     key = repository_key.create_key_file()

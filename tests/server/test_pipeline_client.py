@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import numpy as np
@@ -39,14 +40,27 @@ MODEL = "text_embedding"
 TEXTS = list(SENTENCES[:6])
 
 
-def requests_served(server, model: str = MODEL) -> int:
-    """Requests ``model`` has answered or failed so far (Triton's inference statistics)."""
+def _count(server, model: str) -> int:
     client = httpclient.InferenceServerClient(server.options.http_url)
     try:
         stats = client.get_inference_statistics(model)["model_stats"]
     finally:
         client.close()
     return sum(int(s["inference_stats"][k]["count"]) for s in stats for k in ("success", "fail"))
+
+
+def requests_served(server, model: str = MODEL, settle_s: float = 0.3) -> int:
+    """Requests ``model`` has answered or failed so far (Triton's inference statistics), read
+    until two reads ``settle_s`` apart agree (up to 10 s): Triton counts a request after its
+    response is sent, so a read right after an answer can precede its count."""
+    last, deadline = _count(server, model), time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        time.sleep(settle_s)
+        now = _count(server, model)
+        if now == last:
+            return now
+        last = now
+    return last
 
 
 def test_the_pipeline_pair_has_the_same_public_methods_and_signatures():

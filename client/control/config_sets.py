@@ -47,11 +47,11 @@ from tritonrepo_client.control.model_config import load_config, tensor_specs
 from tritonrepo_client.control.probe_declaration import PROBE_PARAMETER
 from tritonrepo_client.control.repository import RepositoryClient
 
+# The rollout record, kept across a switch.
+from tritonrepo_client.control.rollout import PREVIOUS_VERSION_PARAMETER
+
 CONFIG_SET_PARAMETER = "tritonrepo_config_set"
 DEFAULT_SET = "default"  # each model's config.pbtxt
-# The rollout record of tritonrepo_client.control.rollout (its PREVIOUS_VERSION_PARAMETER), kept
-# across a switch; spelled out here because rollout may import this module.
-PREVIOUS_VERSION_PARAMETER = "tritonrepo.previous_version"
 
 
 class ConfigSwitchError(ClientError):

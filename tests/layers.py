@@ -24,6 +24,7 @@ LAYERS = {
     "tritonrepo.text": "stub: models",
     "tritonrepo.ctr": "stub: models",
     "tritonrepo.image": "stub: models",
+    "tritonrepo.pipelines": "stub: models",
     "backends": "stub: backends",
     "model_repository": "stub: model.py",
     "tritonrepo.paths": "shared: paths",

@@ -334,7 +334,8 @@ def _check_program(cfg: ModelConfig, metadata_file: Path) -> list[Finding]:
 
 def _check_onnx_interface(cfg: ModelConfig, onnx_file: Path, compare_types: bool) -> list[Finding]:
     """Config inputs/outputs vs the ONNX graph: names, element types and dims (the config's
-    dims exclude the batch dimension when ``max_batch_size`` > 0)."""
+    dims exclude the batch dimension when ``max_batch_size`` > 0; a tensor with ``reshape`` is
+    compared by its ``reshape.shape``, what the model sees)."""
     try:
         import onnx
     except ImportError:
@@ -382,8 +383,10 @@ def _check_onnx_interface(cfg: ModelConfig, onnx_file: Path, compare_types: bool
                         f"element type {t.elem_type} in {where}",
                     )
                 )
-            if len(dims) != len(tensor.dims) or any(
-                a != b and -1 not in (a, b) for a, b in zip(dims, tensor.dims, strict=False)
+            # Triton's reshape: the model sees reshape.shape, the request the config's dims.
+            model_dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else tensor.dims
+            if len(dims) != len(model_dims) or any(
+                a != b and -1 not in (a, b) for a, b in zip(dims, model_dims, strict=False)
             ):
                 findings.append(
                     Finding(

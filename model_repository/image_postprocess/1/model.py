@@ -1,4 +1,4 @@
-"""image_classification step 3: logits, K -> LABELS, SCORES (logic: tritonrepo.image.steps)."""
+"""image_classification step 3: logits, K -> LABELS, SCORES, PROBABILITIES (logic: tritonrepo.image.steps:PostprocessStep)."""
 
 from tritonrepo.image.steps import PostprocessStep
 

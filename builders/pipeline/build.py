@@ -1,0 +1,230 @@
+"""Build the core models of the described pipelines (``make artifacts``).
+
+Usage::
+
+    python -m builders.pipeline.build [NAME ...]    # default: every pipelines/*/pipeline.toml
+
+For each description whose core is an ``onnx`` file or a ``build`` function (a ``builder`` core,
+e.g. image_classification's, is built by its own module):
+
+1. the model is obtained (:func:`builders.pipeline.graph.obtain_model`) and written to
+   ``<core>/<first served version>/model.onnx``;
+2. parity: the samples go through the preprocess function, then ONNX Runtime runs the whole
+   batch at once and each row alone; every output must agree within :data:`PARITY_ATOL` (a
+   graph whose rows depend on each other, or on the batch size, fails here);
+3. with ``int8 = true``, version :data:`INT8_VERSION` is ONNX Runtime's static INT8 QDQ
+   quantization calibrated on the preprocessed samples (MinMax, per-channel symmetric weights);
+   its largest deviation from FP32 on the samples is recorded, not gated (it goes live only
+   through a rollout);
+4. ``build_metadata.json`` records the pipeline, the digest of its sources (description and
+   code), the parity figures and the common fields (``builders.metadata``).
+
+A model whose recorded source digest equals the current one is left as it is (so
+``make artifacts`` is quick when nothing changed). Exit 1 when a build or parity check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from builders.metadata import BUILD_METADATA_FILE, write_metadata
+from builders.pipeline.graph import ModelSourceError, graph_io, obtain_model
+from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
+from tritonrepo.pipelines.description import DescriptionError, Pipeline, discover, import_ref, load
+
+PARITY_ATOL = 1e-4  # max |batch N - batch 1| per output element (FP32 ONNX Runtime, CPU)
+INT8_VERSION = 2
+BUILT_BY = "builders.pipeline.build"
+LIBRARIES = ("onnx", "onnxruntime", "numpy", "torch", "skl2onnx")
+
+
+class ParityError(RuntimeError):
+    """Batch-N and batch-1 outputs of the built model differ; the message has the figures."""
+
+
+def source_digest(pipeline: Pipeline) -> str:
+    """SHA-256 over the description and every ``.py`` file in its folder (sorted by name): a
+    change to either rebuilds the model."""
+    digest = hashlib.sha256()
+    for path in [pipeline.source, *sorted(pipeline.folder.glob("*.py"))]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def core_feeds(pipeline: Pipeline, model: Any) -> dict[str, np.ndarray]:
+    """The core model's inputs for the samples: ``preprocess(samples())`` restricted to the
+    graph's inputs (a batch-only graph input is flattened to ``[n]``)."""
+    samples = import_ref(pipeline.samples)() if pipeline.samples else None
+    if samples is None:
+        raise ModelSourceError("samples: a pipeline with a built core needs [samples]")
+    pre = import_ref(pipeline.preprocess.function)(dict(samples))
+    feeds = {}
+    for tensor in graph_io(model).inputs:
+        value = np.asarray(pre[tensor.name])
+        feeds[tensor.name] = value.reshape(-1) if len(tensor.shape) == 1 else value
+    return feeds
+
+
+def parity(model_path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """``{output: max |batch N - row by row|}`` over the samples; rows = the feeds' batch.
+
+    Raises:
+        ParityError: an output differs by more than :data:`PARITY_ATOL`.
+    """
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    joint = session.run(names, dict(feeds))
+    rows = len(next(iter(feeds.values())))
+    single = [session.run(names, {k: v[i : i + 1] for k, v in feeds.items()}) for i in range(rows)]
+    figures = {}
+    for j, name in enumerate(names):
+        alone = np.concatenate([np.asarray(s[j]) for s in single])
+        together = np.asarray(joint[j])
+        if together.dtype.kind in "fc":
+            figures[name] = float(np.max(np.abs(together - alone))) if together.size else 0.0
+        else:
+            figures[name] = float(np.count_nonzero(together != alone))
+        if figures[name] > PARITY_ATOL:
+            raise ParityError(
+                f"output '{name}' differs by {figures[name]:.3g} between batch {rows} and "
+                f"batch 1 (limit {PARITY_ATOL}): rows of the graph depend on each other"
+            )
+    return figures
+
+
+def quantize_int8(fp32: Path, out: Path, feeds: Mapping[str, np.ndarray]) -> float:
+    """Static INT8 QDQ quantization of ``fp32`` into ``out``, calibrated on ``feeds`` (the
+    preprocessed samples, 8 rows per calibration batch); returns the largest deviation from
+    FP32 over the samples' float outputs."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    rows = len(next(iter(feeds.values())))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches = iter(range(0, rows, 8))
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            start = next(self.batches, None)
+            return None if start is None else {k: v[start : start + 8] for k, v in feeds.items()}
+
+    prepared = out.with_suffix(".prep.onnx")
+    quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
+    try:
+        quantize_static(
+            str(prepared), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax,
+            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
+        )  # fmt: skip
+    finally:
+        prepared.unlink(missing_ok=True)
+    deviations = []
+    sessions = [
+        ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (fp32, out)
+    ]
+    a, b = (s.run(None, dict(feeds)) for s in sessions)
+    for x, y in zip(a, b):
+        if np.asarray(x).dtype.kind == "f":
+            deviations.append(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))))
+    return max(deviations, default=0.0)
+
+
+def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, Any] | None:
+    """Build one pipeline's core model (module docstring); None when it is up to date or is
+    built by its own ``builder``.
+
+    Raises:
+        ModelSourceError: the model cannot be obtained.
+        ParityError: the batch parity check failed (nothing is left under the served name).
+    """
+    core = pipeline.core
+    if core.builder is not None:
+        return None
+    folder = repository / core.model / str(core.versions[0])
+    digest = source_digest(pipeline)
+    metadata_path = folder / BUILD_METADATA_FILE
+    if (folder / "model.onnx").is_file() and metadata_path.is_file():
+        if json.loads(metadata_path.read_text()).get("source_sha256") == digest:
+            return None
+    started = time.monotonic()
+    model = obtain_model(pipeline)
+    folder.mkdir(parents=True, exist_ok=True)
+    staged = folder / "model.onnx.tmp"
+    staged.write_bytes(model.SerializeToString())
+    feeds = core_feeds(pipeline, model)
+    try:
+        figures = parity(staged, feeds)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    staged.replace(folder / "model.onnx")
+    fields = {
+        "pipeline": pipeline.name,
+        "description": pipeline.source.relative_to(REPO_ROOT).as_posix(),
+        "source_sha256": digest,
+        "source": core.onnx or f"{core.build}()",
+        "parity_rows": len(next(iter(feeds.values()))),
+        "parity_max_abs": figures,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    record = write_metadata(metadata_path, fields, built_by=BUILT_BY, libraries=LIBRARIES,
+                            artifacts={"model.onnx": folder / "model.onnx"})  # fmt: skip
+    if core.int8:
+        int8_folder = repository / core.model / str(INT8_VERSION)
+        int8_folder.mkdir(parents=True, exist_ok=True)
+        deviation = quantize_int8(folder / "model.onnx", int8_folder / "model.onnx", feeds)
+        int8_fields = {**fields, "quantization": "ONNX Runtime static QDQ INT8, MinMax",
+                       "max_abs_vs_fp32": deviation}  # fmt: skip
+        write_metadata(int8_folder / BUILD_METADATA_FILE, int8_fields, built_by=BUILT_BY,
+                       libraries=LIBRARIES, artifacts={"model.onnx": int8_folder / "model.onnx"})  # fmt: skip
+    return record
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line; exit 0 when every requested pipeline is built or up to date."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="pipelines to build (default: all)")
+    parser.add_argument("--repository", type=Path, default=MODEL_REPOSITORY)
+    args = parser.parse_args(argv)
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    paths = [PIPELINES / n / "pipeline.toml" for n in args.names] or discover(PIPELINES)
+    failed = 0
+    for path in paths:
+        try:
+            pipeline = load(path)
+            record = build(pipeline, args.repository)
+        except (DescriptionError, ModelSourceError, ParityError) as exc:
+            print(f"error: {path.parent.name}: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        if record is None:
+            print(f"{pipeline.name}: up to date")
+        else:
+            print(f"{pipeline.name}: {pipeline.core.model} built in {record['seconds']} s, "
+                  f"batch parity {record['parity_max_abs']}")  # fmt: skip
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

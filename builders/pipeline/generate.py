@@ -1,0 +1,201 @@
+"""The generator: ``tritonrepo-new pipeline NAME --from pipelines/NAME/pipeline.toml``.
+
+It reads the description, runs every check (:mod:`builders.pipeline.checks`) and only then
+writes, into the model repository: the ensemble ``NAME`` and the folders of its three steps
+(``config.pbtxt``, ``configs/cpu.pbtxt`` and ``configs/torch_gpu.pbtxt`` where the description
+has those sets, the steps' 7-line ``model.py``, a ``.gitkeep`` in every version folder so git
+keeps it before ``make artifacts`` fills it), and ``tests/pipelines/test_NAME.py``.
+
+What it wrote is recorded in ``pipelines/NAME/generated_files.json`` (path → SHA-256). A second
+run with an unchanged description changes nothing; a file that differs from both the new text
+and the recorded one was edited by hand and is left alone (the run fails, naming it) unless
+``--force``. ``--check`` writes nothing and exits 1 when a file would change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from builders.pipeline import render
+from builders.pipeline.checks import Checked, check
+from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
+from tritonrepo.pipelines.description import DescriptionError, Pipeline, load
+
+MANIFEST = "generated_files.json"
+INT8_VERSION = 2  # the version folder of an INT8 build (``[model] int8 = true``)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One planned file: its path (relative to the checkout), new text, and what happens:
+    ``create``, ``update``, ``same`` or ``edited`` (changed by hand since generated)."""
+
+    path: str
+    text: str
+    action: str
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def render_files(pipeline: Pipeline, checked: Checked, repository: Path) -> dict[Path, str]:
+    """Every file of the pipeline: absolute path → text."""
+    pre, core, post = pipeline.preprocess, pipeline.core, pipeline.postprocess
+    core_in = [c.as_tensor() for c in checked.core_inputs]
+    core_out = [c.as_tensor() for c in checked.core_outputs]
+    pre_out = [*core_in, *pre.outputs]
+    post_in = [*core_out, *pre.outputs]
+    out_by_name = {t.name: t for t in pipeline.outputs}
+    files: dict[Path, str] = {}
+    ensemble = repository / pipeline.name
+    files[ensemble / "config.pbtxt"] = render.ensemble_config(
+        pipeline, checked.core_inputs, checked.core_outputs, checked.probe
+    )
+    files[ensemble / "1" / ".gitkeep"] = ""
+
+    def names(tensors: Sequence) -> str:
+        return ", ".join(t.name for t in tensors)
+
+    for number, step, ins, outs in (
+        (1, pre, pipeline.inputs, pre_out),
+        (3, post, post_in, [out_by_name[t.name] for t in pipeline.outputs]),
+    ):
+        folder = repository / step.model
+        for config_set in step.deployments:
+            path = folder / (
+                "config.pbtxt" if config_set == "gpu" else f"configs/{config_set}.pbtxt"
+            )
+            files[path] = render.step_config(pipeline, step, ins, outs, config_set)
+        summary = f"{names(ins)} -> {names(outs)}"
+        files[folder / "1" / "model.py"] = render.model_py(pipeline, step, number, summary)
+    folder = repository / core.model
+    for config_set in core.deployments:
+        path = folder / ("config.pbtxt" if config_set == "gpu" else f"configs/{config_set}.pbtxt")
+        files[path] = render.core_config(
+            pipeline, checked.core_inputs, checked.core_outputs, config_set
+        )  # noqa: E501
+    versions = {*core.versions, *((INT8_VERSION,) if core.int8 else ())}
+    for version in sorted(versions):
+        files[folder / str(version) / ".gitkeep"] = ""
+    if pipeline.tests:
+        files[REPO_ROOT / "tests" / "pipelines" / f"test_{pipeline.name}.py"] = render.test_module(
+            pipeline
+        )  # noqa: E501
+    return files
+
+
+def _manifest(pipeline: Pipeline) -> dict[str, str]:
+    path = pipeline.folder / MANIFEST
+    return json.loads(path.read_text())["files"] if path.is_file() else {}
+
+
+def plan(
+    pipeline: Pipeline, repository: Path = MODEL_REPOSITORY, force: bool = False
+) -> list[Change]:  # noqa: E501
+    """Check ``pipeline`` and plan its files (nothing written).
+
+    Raises:
+        DescriptionError: a check failed (:func:`builders.pipeline.checks.check`).
+    """
+    recorded = _manifest(pipeline)
+    owned = {Path(p).parts[1] for p in recorded if p.startswith(f"{repository.name}/")}
+    checked = check(pipeline, repository, owned, force)
+    changes = []
+    for path, text in render_files(pipeline, checked, repository).items():
+        relative = (
+            path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else str(path)
+        )  # noqa: E501
+        if not path.exists():
+            action = "create"
+        else:
+            current = path.read_text()
+            if current == text:
+                action = "same"
+            elif force or recorded.get(relative) == _digest(current):
+                action = "update"
+            else:
+                action = "edited"
+        changes.append(Change(relative, text, action))
+    return changes
+
+
+def write(pipeline: Pipeline, changes: Sequence[Change]) -> None:
+    """Write the ``create``/``update`` files and the manifest (every planned file's digest).
+
+    Raises:
+        FileExistsError: a file was edited by hand (``edited``); nothing is written.
+    """
+    edited = [c.path for c in changes if c.action == "edited"]
+    if edited:
+        raise FileExistsError(
+            f"edited by hand since generated: {', '.join(edited)}; move the change into "
+            f"{pipeline.source.name} (or pass --force to overwrite)"
+        )
+    for change in changes:
+        if change.action in ("create", "update"):
+            path = REPO_ROOT / change.path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(change.text)
+    manifest = {
+        "description": pipeline.source.relative_to(REPO_ROOT).as_posix(),
+        "files": {c.path: _digest(c.text) for c in changes},
+    }
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    target = pipeline.folder / MANIFEST
+    if not target.is_file() or target.read_text() != text:
+        target.write_text(text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line (``tritonrepo-new``). Exit 0: written or unchanged; 1: a problem (each on
+    its own line) or, with ``--check``, a file that would change; 2: usage."""
+    parser = argparse.ArgumentParser(prog="tritonrepo-new", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    cmd = sub.add_parser("pipeline", help="generate (or regenerate) a pipeline's models")
+    cmd.add_argument("name", help="the pipeline's name (its description's name field)")
+    cmd.add_argument("--from", dest="source", type=Path,
+                     help="the description (default pipelines/NAME/pipeline.toml)")  # fmt: skip
+    cmd.add_argument("--repository", type=Path, default=MODEL_REPOSITORY)
+    cmd.add_argument("--force", action="store_true", help="overwrite hand edits and clashes")
+    cmd.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
+    args = parser.parse_args(argv)
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))  # pipelines.<name> imports, from any directory
+    source = args.source or PIPELINES / args.name / "pipeline.toml"
+    try:
+        pipeline = load(source)
+        if pipeline.name != args.name:
+            raise DescriptionError(source, [f"name: {pipeline.name!r} is not {args.name!r}; "
+                                            "the command's NAME must be the description's name"])  # fmt: skip
+        changes = plan(pipeline, args.repository.resolve(), args.force)
+    except DescriptionError as exc:
+        print("\n".join(f"error: {p}" for p in exc.problems), file=sys.stderr)
+        return 1
+    for change in changes:
+        if change.action != "same":
+            print(f"{change.action:7} {change.path}")
+    stale = [c for c in changes if c.action != "same"]
+    if args.check:
+        print(f"{len(stale)} of {len(changes)} files would change" if stale else "up to date")
+        return 1 if stale else 0
+    try:
+        write(pipeline, changes)
+    except FileExistsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{pipeline.name}: {len(stale)} of {len(changes)} files written" if stale
+          else f"{pipeline.name}: up to date ({len(changes)} files)")  # fmt: skip
+    if stale:
+        print(f"next: make artifacts, then make serve SERVE_ARGS='--model {pipeline.name}'")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

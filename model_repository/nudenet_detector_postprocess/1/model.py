@@ -1,0 +1,7 @@
+"""nudenet_detector step 3: output0, LETTERBOX -> DETECTIONS, COUNT (logic: pipelines.nudenet_detector.steps:postprocess)."""
+
+from tritonrepo.pipelines.function_step import FunctionStep
+
+
+class TritonPythonModel(FunctionStep):
+    """Python-backend entry point; initialize/execute/finalize come from FunctionStep."""

@@ -1,0 +1,7 @@
+"""nudenet_detector step 1: IMAGE -> images, LETTERBOX (logic: pipelines.nudenet_detector.steps:preprocess)."""
+
+from tritonrepo.pipelines.function_step import FunctionStep
+
+
+class TritonPythonModel(FunctionStep):
+    """Python-backend entry point; initialize/execute/finalize come from FunctionStep."""

@@ -1,0 +1,1 @@
+"""image_classification: described in pipeline.toml; its logic lives in tritonrepo.image."""

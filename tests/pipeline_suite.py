@@ -1,0 +1,189 @@
+"""The tests every described pipeline gets: ``tests/pipelines/test_<name>.py`` (written by
+``tritonrepo-new``) subclasses :class:`PipelineSuite` with its description.
+
+The served pipeline (a server of the class's own, CPU configs, the pipeline alone) is compared
+with the same functions and model called in one process (preprocess → ONNX Runtime on the
+built ``model.onnx`` → postprocess), over HTTP and gRPC, one row per request and all rows in
+one request; concurrent single-row requests (joined by the dynamic batchers) each get their own
+answer; the declared health probe passes; a request with a bad value gets its own error while
+the others of the batch are served; a request with wrong dims is refused by Triton.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.conftest import server_options
+from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
+from tritonrepo.pipelines.description import Pipeline, import_ref, load
+from tritonrepo.server.launcher import TritonServer
+from tritonrepo_client import ClientError, PipelineClient
+from tritonrepo_client.connection import TritonConnection
+from tritonrepo_client.control.health import check_health
+
+PROTOCOLS = ["http", "grpc"]
+ATOL = RTOL = 1e-5  # served vs in-process, FP32 (the same ONNX Runtime graph, another batch)
+CONCURRENCY = 8  # threads sending single-row requests at once
+
+
+def in_process(pipeline: Pipeline, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The pipeline in this process: the description's functions and the built core model
+    (ONNX Runtime, CPU), on batch-first ``inputs``."""
+    import onnxruntime as ort
+
+    core = pipeline.core
+    path = MODEL_REPOSITORY / core.model / str(core.versions[0]) / "model.onnx"
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    pre = import_ref(pipeline.preprocess.function)(dict(inputs))
+    feeds = {}
+    for i in session.get_inputs():
+        value = np.asarray(pre[i.name])
+        feeds[i.name] = value.reshape(-1) if len(i.shape) == 1 else value
+    names = [o.name for o in session.get_outputs()]
+    results = session.run(names, feeds)
+    post_in = {n: (r.reshape(-1, 1) if r.ndim == 1 else r) for n, r in zip(names, results)}
+    post_in.update({t.name: pre[t.name] for t in pipeline.preprocess.outputs})
+    return import_ref(pipeline.postprocess.function)(post_in)
+
+
+def assert_same(got: dict[str, np.ndarray], want: dict[str, Any], where: str) -> None:
+    """Every wanted output equal: numbers within ATOL + RTOL x |want|, BYTES exactly."""
+    for name, value in want.items():
+        expected = np.asarray(value)
+        assert name in got, f"{where}: {name} missing from {sorted(got)}"
+        actual = got[name]
+        assert actual.shape == expected.shape, f"{where}: {name} {actual.shape} != {expected.shape}"
+        if expected.dtype.kind in "OSU":
+            as_bytes = [x if isinstance(x, bytes) else str(x).encode() for x in expected.ravel()]
+            assert list(actual.ravel()) == as_bytes, f"{where}: {name} differs"
+        elif expected.dtype.kind == "f":
+            np.testing.assert_allclose(actual, expected, atol=ATOL, rtol=RTOL, err_msg=where)
+        else:
+            np.testing.assert_array_equal(actual, expected, err_msg=where)
+
+
+def bad_value(pipeline: Pipeline, samples: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One row of the samples with its first input spoiled: BYTES items replaced by bytes no
+    parser takes, numbers by NaN (integers: their dtype's minimum)."""
+    first = pipeline.inputs[0]
+    row = {k: np.asarray(v[:1]).copy() for k, v in samples.items()}
+    value = row[first.name]
+    if value.dtype == object:
+        value[...] = b"\x00 not a valid value \xff"
+    elif value.dtype.kind == "f":
+        value[...] = np.nan
+    else:
+        value[...] = np.iinfo(value.dtype).min
+    return row
+
+
+class PipelineSuite:
+    """Subclasses set ``DESCRIPTION`` (the ``pipeline.toml`` path, relative to the checkout)."""
+
+    DESCRIPTION = ""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def pipeline(cls) -> Pipeline:
+        return load(REPO_ROOT / cls.DESCRIPTION)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def samples(cls, pipeline: Pipeline) -> dict[str, np.ndarray]:
+        return dict(import_ref(pipeline.samples)())
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def server(cls, pipeline: Pipeline):
+        core = pipeline.core
+        model_file = MODEL_REPOSITORY / core.model / str(core.versions[0]) / "model.onnx"
+        if not model_file.is_file():
+            pytest.fail(f"{model_file} is missing: run `make artifacts` (make test does it)")
+        options = server_options(f"pipeline-{pipeline.name}", models=(pipeline.name,))
+        with TritonServer(options) as server:
+            yield server
+
+    @pytest.mark.parametrize("protocol", PROTOCOLS)
+    def test_served_equals_in_process_row_by_row_and_in_one_request(
+        self, pipeline, samples, server, protocol
+    ):
+        rows = min(len(next(iter(samples.values()))), pipeline.max_batch_size)
+        batch = {k: np.asarray(v[:rows]) for k, v in samples.items()}
+        want = in_process(pipeline, batch)
+        url = server.options.grpc_url if protocol == "grpc" else server.options.http_url
+        with PipelineClient(pipeline.name, url, protocol) as client:
+            assert_same(client.infer(batch), want, f"{protocol}, {rows} rows in one request")
+            for i in range(rows):
+                got = client.infer({k: v[i : i + 1] for k, v in batch.items()})
+                assert_same(got, {k: np.asarray(v)[i : i + 1] for k, v in want.items()},
+                            f"{protocol}, row {i} alone")  # fmt: skip
+
+    def test_concurrent_single_rows_each_get_their_own_answer(self, pipeline, samples, server):
+        rows = len(next(iter(samples.values())))
+        want = in_process(pipeline, samples)
+        with PipelineClient(pipeline.name, server.options.http_url) as client:
+
+            def one(i: int) -> dict[str, np.ndarray]:
+                return client.infer({k: v[i : i + 1] for k, v in samples.items()})
+
+            with ThreadPoolExecutor(CONCURRENCY) as pool:
+                answers = list(pool.map(one, [i % rows for i in range(4 * rows)]))
+        for n, got in enumerate(answers):
+            i = n % rows
+            assert_same(got, {k: np.asarray(v)[i : i + 1] for k, v in want.items()}, f"row {i}")
+
+    def test_the_declared_health_probe_passes(self, pipeline, server):
+        with TritonConnection(server.options.http_url) as conn:
+            checks = check_health(conn, [pipeline.name])
+        assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+        assert any(c.name == f"{pipeline.name} inference" for c in checks), checks
+
+    def test_a_bad_value_fails_its_own_request_and_the_others_are_served(
+        self, pipeline, samples, server
+    ):
+        bad = bad_value(pipeline, samples)
+        rows = len(next(iter(samples.values())))
+        want = in_process(pipeline, samples)
+        with PipelineClient(pipeline.name, server.options.http_url) as client:
+
+            def one(i: int) -> dict[str, np.ndarray] | Exception:
+                inputs = bad if i < 0 else {k: v[i : i + 1] for k, v in samples.items()}
+                try:
+                    return client.infer(inputs)
+                except ClientError as exc:
+                    return exc
+
+            order = [-1 if n % 4 == 0 else n % rows for n in range(4 * CONCURRENCY)]
+            with ThreadPoolExecutor(CONCURRENCY) as pool:
+                answers = list(pool.map(one, order))
+        for i, answer in zip(order, answers):
+            if i < 0:
+                assert isinstance(answer, ClientError), f"the bad request was served: {answer}"
+                assert pipeline.preprocess.model in str(answer), answer
+            else:
+                assert not isinstance(answer, Exception), answer
+                assert_same(answer, {k: np.asarray(v)[i : i + 1] for k, v in want.items()}, f"row {i}")  # noqa: E501
+        assert server.process is not None and server.process.poll() is None
+
+    def test_wrong_dims_are_refused_by_triton(self, pipeline, samples, server):
+        first = pipeline.inputs[0]
+        value = np.asarray(samples[first.name][:1])
+        wrong = np.concatenate([value, value], axis=-1)  # last dim doubled
+        tensor = httpclient.InferInput(first.name, list(wrong.shape), first.dtype)
+        if first.dtype == "BYTES":
+            tensor.set_data_from_numpy(wrong.astype(object))
+        else:
+            tensor.set_data_from_numpy(wrong)
+        client = httpclient.InferenceServerClient(server.options.http_url)
+        try:
+            with pytest.raises(Exception) as caught:
+                client.infer(pipeline.name, [tensor])
+        finally:
+            client.close()
+        assert "shape" in str(caught.value) or "dims" in str(caught.value), caught.value
+        assert server.process is not None and server.process.poll() is None

@@ -47,7 +47,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SOAK_MINUTES ?= 10
 
-.PHONY: help setup artifacts gpu-pack serve test test-unit bench bench-quick bench-priority fallback-cpu fallback-gpu profile perf-deps int8-study lint clean soak \
+.PHONY: help setup artifacts pipeline-artifacts pipeline gpu-pack serve test test-unit bench bench-quick bench-priority fallback-cpu fallback-gpu profile perf-deps int8-study lint clean soak \
 	k8s-deps k8s-validate monitoring-deps guard-deps \
 	artifacts-gpu test-gpu bench-gpu build-plans serve-gpu
 
@@ -57,6 +57,7 @@ help:
 	@echo "make test-unit the tests that need no server and no artifacts (tests/unit, < 1 min)"
 	@echo "make setup     create $(VENV) with the versions pinned in requirements.txt"
 	@echo "make artifacts build the model files from the source weights"
+	@echo "make pipeline NAME=x  generate pipeline x from pipelines/x/pipeline.toml (docs/models/add_your_own_model.md)"
 	@echo "make bench     the ensembles vs in-process and FastAPI baselines (~25 min; build/bench/)"
 	@echo "make bench-quick  the same harness, a few seconds per system (what CI runs)"
 	@echo "make bench-priority  real-time requests under a bulk flood, with and without priority"
@@ -89,7 +90,19 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --editable .
 	touch $@
 
-artifacts: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(IMAGE_ARTIFACTS) $(PLAN_SOURCES)
+artifacts: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(IMAGE_ARTIFACTS) $(PLAN_SOURCES) pipeline-artifacts
+
+# The core models of the described pipelines (pipelines/*/pipeline.toml, builders/pipeline/build.py):
+# each is rebuilt only when its description or code changed (a digest in its build_metadata.json).
+pipeline-artifacts: $(STAMP)
+	$(PY) -m builders.pipeline.build
+
+# Generate (or regenerate) a described pipeline's models: make pipeline NAME=my_model [NEW_ARGS=--force]
+NAME ?=
+NEW_ARGS ?=
+pipeline: $(STAMP)
+	@test -n "$(NAME)" || { echo "usage: make pipeline NAME=<pipelines/NAME/pipeline.toml>"; exit 2; }
+	$(PY) -m builders.pipeline.generate pipeline $(NAME) $(NEW_ARGS)
 
 $(TEXT_EMBEDDING_ARTIFACTS) &: $(STAMP) builders/onnx_export/text_embedding.py tritonrepo/text/spec.py \
 		tritonrepo/text/tokenization.py builders/onnx_export/text_embedding_variants.py reference_data/text_corpus.py

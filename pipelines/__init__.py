@@ -1,1 +1,2 @@
-"""Pipelines brought in by their users: one folder per pipeline, its ``pipeline.toml`` and the code it names."""
+"""Pipelines brought in by their users: one folder per pipeline, holding its ``pipeline.toml``
+and the code it names."""

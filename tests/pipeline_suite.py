@@ -46,7 +46,9 @@ def in_process(pipeline: Pipeline, inputs: dict[str, np.ndarray]) -> dict[str, n
         feeds[i.name] = value.reshape(-1) if len(i.shape) == 1 else value
     names = [o.name for o in session.get_outputs()]
     results = session.run(names, feeds)
-    post_in = {n: (r.reshape(-1, 1) if r.ndim == 1 else r) for n, r in zip(names, results)}
+    post_in = {
+        n: (r.reshape(-1, 1) if r.ndim == 1 else r) for n, r in zip(names, results, strict=False)
+    }
     post_in.update({t.name: pre[t.name] for t in pipeline.preprocess.outputs})
     return import_ref(pipeline.postprocess.function)(post_in)
 
@@ -161,13 +163,15 @@ class PipelineSuite:
             order = [-1 if n % 4 == 0 else n % rows for n in range(4 * CONCURRENCY)]
             with ThreadPoolExecutor(CONCURRENCY) as pool:
                 answers = list(pool.map(one, order))
-        for i, answer in zip(order, answers):
+        for i, answer in zip(order, answers, strict=False):
             if i < 0:
                 assert isinstance(answer, ClientError), f"the bad request was served: {answer}"
                 assert pipeline.preprocess.model in str(answer), answer
             else:
                 assert not isinstance(answer, Exception), answer
-                assert_same(answer, {k: np.asarray(v)[i : i + 1] for k, v in want.items()}, f"row {i}")  # noqa: E501
+                assert_same(
+                    answer, {k: np.asarray(v)[i : i + 1] for k, v in want.items()}, f"row {i}"
+                )
         assert server.process is not None and server.process.poll() is None
 
     def test_wrong_dims_are_refused_by_triton(self, pipeline, samples, server):

@@ -143,7 +143,7 @@ def quantize_int8(fp32: Path, out: Path, feeds: Mapping[str, np.ndarray]) -> flo
         ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (fp32, out)
     ]
     a, b = (s.run(None, dict(feeds)) for s in sessions)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if np.asarray(x).dtype.kind == "f":
             deviations.append(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))))
     return max(deviations, default=0.0)
@@ -163,9 +163,9 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
     folder = repository / core.model / str(core.versions[0])
     digest = source_digest(pipeline)
     metadata_path = folder / BUILD_METADATA_FILE
-    if (folder / "model.onnx").is_file() and metadata_path.is_file():
-        if json.loads(metadata_path.read_text()).get("source_sha256") == digest:
-            return None
+    built = (folder / "model.onnx").is_file() and metadata_path.is_file()
+    if built and json.loads(metadata_path.read_text()).get("source_sha256") == digest:
+        return None
     started = time.monotonic()
     model = obtain_model(pipeline)
     folder.mkdir(parents=True, exist_ok=True)
@@ -195,8 +195,9 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
         deviation = quantize_int8(folder / "model.onnx", int8_folder / "model.onnx", feeds)
         int8_fields = {**fields, "quantization": "ONNX Runtime static QDQ INT8, MinMax",
                        "max_abs_vs_fp32": deviation}  # fmt: skip
+        int8_file = int8_folder / "model.onnx"
         write_metadata(int8_folder / BUILD_METADATA_FILE, int8_fields, built_by=BUILT_BY,
-                       libraries=LIBRARIES, artifacts={"model.onnx": int8_folder / "model.onnx"})  # fmt: skip
+                       libraries=LIBRARIES, artifacts={"model.onnx": int8_file})  # fmt: skip
     return record
 
 

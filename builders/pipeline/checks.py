@@ -40,6 +40,7 @@ class Checked:
     core_outputs: tuple[CoreTensor, ...]
     probe: str | None
     model: Any
+    tensorrt: bool = True  # False: the graph has operators TensorRT cannot parse (ai.onnx.ml)
 
 
 def _numpy_kind(dtype: str) -> str:
@@ -67,7 +68,9 @@ def _core_tensors(pipeline: Pipeline, io: GraphIO | None, problems: list[str]):
         dims = tuple(-1 if d is None else d for d in t.shape[1:])
         fixed = core.fixed_dims.get(t.name) if is_input else None
         if fixed is not None:
-            if len(fixed) != len(dims) or any(d not in (-1, f) for d, f in zip(dims, fixed)):
+            if len(fixed) != len(dims) or any(
+                d not in (-1, f) for d, f in zip(dims, fixed, strict=False)
+            ):
                 problems.append(
                     f"model.fixed_dims.{t.name}: {list(fixed)} does not fit the graph's dims "
                     f"{list(dims)} (batch dim excluded); give {len(dims)} sizes"
@@ -115,7 +118,7 @@ def _compare(got: Mapping[str, Any], want: tuple[Tensor, ...], field: str,
             continue
         value = np.asarray(got[t.name])
         expected = np.dtype(_numpy_kind(t.dtype))
-        if expected == object:
+        if expected.kind == "O":
             ok = value.dtype == object or value.dtype.kind in "SU"
         else:
             ok = value.dtype == expected
@@ -125,7 +128,7 @@ def _compare(got: Mapping[str, Any], want: tuple[Tensor, ...], field: str,
                 f"cast it in the function (astype(np.{expected.name}))"
             )
         if value.ndim != len(t.dims) + 1 or any(
-            d != -1 and d != s for d, s in zip(t.dims, value.shape[1:])
+            d != -1 and d != s for d, s in zip(t.dims, value.shape[1:], strict=False)
         ):
             problems.append(
                 f"{field}: '{t.name}' has shape {list(value.shape)}, {what} is [batch, "
@@ -144,7 +147,7 @@ def probe_json(pipeline: Pipeline, samples: Mapping[str, np.ndarray]) -> str:
             np.asarray(v[i : i + 1]).nbytes
             + sum(len(x) for x in np.ravel(v[i]) if isinstance(x, bytes))
             for v in samples.values()
-        )  # noqa: E501
+        )
 
     row = min(range(rows), key=size)
     inputs = []
@@ -185,7 +188,7 @@ def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = F
     """
     problems: list[str] = []
     for field, model in zip(("name", "preprocess.model", "model.model", "postprocess.model"),
-                            pipeline.models):  # fmt: skip
+                            pipeline.models, strict=False):  # fmt: skip
         if (repository / model).exists() and model not in owned and not force:
             problems.append(
                 f"{field}: '{model}' clashes with an existing model in {repository.name}/; pick "
@@ -195,12 +198,12 @@ def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = F
         pipeline.preprocess.ref,
         f"preprocess.{'function' if pipeline.preprocess.function else 'step'}",
         problems,
-    )  # noqa: E501
+    )
     post = _import(
         pipeline.postprocess.ref,
         f"postprocess.{'function' if pipeline.postprocess.function else 'step'}",
         problems,
-    )  # noqa: E501
+    )
     make_samples = _import(pipeline.samples, "samples.function", problems)
     _import(pipeline.core.build, "model.build", problems)
     model, io = None, None
@@ -215,10 +218,16 @@ def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = F
     if make_samples is not None and not problems:
         probe = _run_samples(
             pipeline, make_samples, pre, post, model, core_inputs, core_outputs, problems
-        )  # noqa: E501
+        )
     if problems:
         raise DescriptionError(pipeline.source, problems)
-    return Checked(core_inputs, core_outputs, probe, model)
+    return Checked(core_inputs, core_outputs, probe, model, model is None or tensorrt_parses(model))
+
+
+def tensorrt_parses(model: Any) -> bool:
+    """False when the graph uses an operator domain TensorRT's ONNX parser has no kernels for
+    (``ai.onnx.ml``: scikit-learn's Scaler, LinearClassifier, TreeEnsemble...)."""
+    return not any(node.domain == "ai.onnx.ml" for node in model.graph.node)
 
 
 def _run_samples(pipeline, make_samples, pre, post, model, core_inputs, core_outputs, problems):
@@ -248,7 +257,7 @@ def _run_samples(pipeline, make_samples, pre, post, model, core_inputs, core_out
     except Exception as exc:
         problems.append(
             f"preprocess.function: {pipeline.preprocess.function} failed on the samples: {exc!r}"
-        )  # noqa: E501
+        )
         return probe
     want = (*[c.as_tensor() for c in core_inputs], *pipeline.preprocess.outputs)
     neither = "the ONNX graph's inputs nor preprocess's outputs"
@@ -267,14 +276,17 @@ def _run_samples(pipeline, make_samples, pre, post, model, core_inputs, core_out
     feeds = {c.name: np.asarray(pre_out[c.name]).reshape(-1) if c.reshape else pre_out[c.name]
              for c in core_inputs}  # fmt: skip
     results = session.run([c.name for c in core_outputs], feeds)
-    post_in = {c.name: r.reshape(-1, 1) if c.reshape else r for c, r in zip(core_outputs, results)}
+    post_in = {
+        c.name: r.reshape(-1, 1) if c.reshape else r
+        for c, r in zip(core_outputs, results, strict=False)
+    }
     post_in.update({t.name: pre_out[t.name] for t in pipeline.preprocess.outputs})
     try:
         post_out = post(post_in)
     except Exception as exc:
         problems.append(
             f"postprocess.function: {pipeline.postprocess.function} failed on the samples: {exc!r}"
-        )  # noqa: E501
+        )
         return probe
     _compare(post_out, pipeline.outputs, "postprocess.function", "the response tensor", problems,
              "the ONNX graph's outputs nor postprocess's outputs")  # fmt: skip

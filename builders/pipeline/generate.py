@@ -79,15 +79,15 @@ def render_files(pipeline: Pipeline, checked: Checked, repository: Path) -> dict
     for config_set in core.deployments:
         path = folder / ("config.pbtxt" if config_set == "gpu" else f"configs/{config_set}.pbtxt")
         files[path] = render.core_config(
-            pipeline, checked.core_inputs, checked.core_outputs, config_set
-        )  # noqa: E501
+            pipeline, checked.core_inputs, checked.core_outputs, config_set, checked.tensorrt
+        )
     versions = {*core.versions, *((INT8_VERSION,) if core.int8 else ())}
     for version in sorted(versions):
         files[folder / str(version) / ".gitkeep"] = ""
     if pipeline.tests:
         files[REPO_ROOT / "tests" / "pipelines" / f"test_{pipeline.name}.py"] = render.test_module(
             pipeline
-        )  # noqa: E501
+        )
     return files
 
 
@@ -98,7 +98,7 @@ def _manifest(pipeline: Pipeline) -> dict[str, str]:
 
 def plan(
     pipeline: Pipeline, repository: Path = MODEL_REPOSITORY, force: bool = False
-) -> list[Change]:  # noqa: E501
+) -> list[Change]:
     """Check ``pipeline`` and plan its files (nothing written).
 
     Raises:
@@ -111,7 +111,7 @@ def plan(
     for path, text in render_files(pipeline, checked, repository).items():
         relative = (
             path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else str(path)
-        )  # noqa: E501
+        )
         if not path.exists():
             action = "create"
         else:
@@ -172,8 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         pipeline = load(source)
         if pipeline.name != args.name:
-            raise DescriptionError(source, [f"name: {pipeline.name!r} is not {args.name!r}; "
-                                            "the command's NAME must be the description's name"])  # fmt: skip
+            problem = f"name: {pipeline.name!r} is not {args.name!r}; give the description's name"
+            raise DescriptionError(source, [problem])
         changes = plan(pipeline, args.repository.resolve(), args.force)
     except DescriptionError as exc:
         print("\n".join(f"error: {p}" for p in exc.problems), file=sys.stderr)

@@ -177,6 +177,11 @@ def sequence_tensors(cfg: ModelConfig) -> dict[str, tuple[str, Shape, bool]]:
     return found
 
 
+def _model_dims(tensor) -> Shape:
+    """A config tensor's dims as the model sees them: ``reshape.shape`` when it has one."""
+    return tuple(tensor.reshape.shape) if tensor.HasField("reshape") else tuple(tensor.dims)
+
+
 def check_config(cfg: ModelConfig, tensors: Sequence[IOTensor]) -> list[str]:
     """Where ``cfg`` (a GPU ``config.pbtxt``) and an engine's or graph's I/O disagree.
 
@@ -202,7 +207,7 @@ def check_config(cfg: ModelConfig, tensors: Sequence[IOTensor]) -> list[str]:
     except ValueError as exc:
         return [str(exc)]
     for kind, want, declared in (("input", want_in, cfg.input), ("output", want_out, cfg.output)):
-        have = {t.name: ConfigTensor(t.name, _type_name(cfg, t.data_type), tuple(t.dims))
+        have = {t.name: ConfigTensor(t.name, _type_name(cfg, t.data_type), _model_dims(t))
                 for t in declared}  # fmt: skip
         for entry in want:
             if entry.name not in have:

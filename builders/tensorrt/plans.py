@@ -9,7 +9,9 @@ Models (default: all): ``text_embedding_encoder``, ``ctr_model``, ``ctr_session`
 engine with the history as implicit state, from ``ctr_session/1/model.onnx``,
 ``builders/onnx_export/ctr_session.py``), ``image_classifier`` (EfficientNet-Lite0) and
 ``image_classifier_resnet50`` (calibration and gate on real photographs:
-``builders/tensorrt/image_plan_data.py``). Run it where the plans will serve: a plan is tied to the
+``builders/tensorrt/image_plan_data.py``), and the core models of the described pipelines
+(``pipelines/*/pipeline.toml``: profile, calibration and gate from the description's samples,
+``builders/pipeline/plan_data.py``). Run it where the plans will serve: a plan is tied to the
 TensorRT version and GPU architecture it was built with. ``make build-plans`` runs it in
 ``nvcr.io/nvidia/tensorrt:26.05-py3`` (TensorRT 10.x, the release of the serving image
 ``nvcr.io/nvidia/tritonserver:26.05-py3``, ``docker/Dockerfile.builder``) on this machine's GPU;
@@ -155,6 +157,7 @@ def build_plan(
         ValueError: unknown model or precision, or the spec's profile disagrees with the config.
     """
     from builders.gates import accuracy_gate
+    from builders.pipeline import plan_data as pipeline_plans
     from builders.tensorrt import image_plan_data, plan_data
     from tritonrepo_client.control.model_config import load_config
 
@@ -168,13 +171,19 @@ def build_plan(
     onnx_path = version_dir / "model.onnx"
     reference_path = repository / model / str(REFERENCE_VERSION) / "model.onnx"
     graph = plan_config.onnx_io(onnx_path)
-    profile = plan_config.model_profile(model, cfg)
+    described = pipeline_plans.described_plan_models().get(model)
+    if described is not None:  # a pipeline of pipelines/: everything from its description
+        profile = pipeline_plans.profile(described, cfg)
+    else:
+        profile = plan_config.model_profile(model, cfg)
     problems = plan_config.check_config(cfg, graph) + plan_config.check_profile(profile, graph, cfg)
     if problems:
         raise PlanBuildError(f"{config_file} does not fit {onnx_path}: {'; '.join(problems)}")
 
     calibration = None
-    if precision == "int8":
+    if precision == "int8" and described is not None:
+        calibration = pipeline_plans.calibration_feeds(described, profile)
+    elif precision == "int8":
         if (
             model in image_plan_data.PLAN_MODELS
         ):  # real photographs (builders/tensorrt/image_plan_data.py)
@@ -203,7 +212,9 @@ def build_plan(
         log(f"{model}: accuracy gate vs ONNX Runtime FP32 ({reference_path})")
         reference = accuracy_gate.onnxrt_runner(reference_path, "onnxruntime-fp32")
         candidate = backend.runner(engine, f"tensorrt-{precision}")
-        if model in image_plan_data.PLAN_MODELS:
+        if described is not None:
+            accuracy = pipeline_plans.run_gate(described, reference, candidate, precision)
+        elif model in image_plan_data.PLAN_MODELS:
             accuracy = image_plan_data.run_gate(model, reference, candidate, precision)
         else:
             accuracy = accuracy_gate.run_gate(
@@ -256,6 +267,8 @@ def build_plan(
 
 
 def _summary(accuracy: dict) -> str:
+    if "relative_max_abs" in accuracy:
+        return f"max relative deviation {accuracy['relative_max_abs']} vs FP32"
     if "min_cosine" in accuracy:
         return f"min cosine {accuracy['min_cosine']:.6f} vs FP32"
     if "top1_agreement" in accuracy:
@@ -269,12 +282,27 @@ def _summary(accuracy: dict) -> str:
     )
 
 
+def described_plan_models(repository: Path) -> list[str]:
+    """The core models of ``pipelines/*/pipeline.toml`` whose ``config.pbtxt`` is a TensorRT
+    plan (one whose graph TensorRT cannot parse is served by ONNX Runtime instead)."""
+    from builders.pipeline.plan_data import described_plan_models as described
+    from tritonrepo_client.control.model_config import load_config
+
+    names = []
+    for model in described():
+        config = repository / model / "config.pbtxt"
+        if config.is_file() and load_config(config).platform == "tensorrt_plan":
+            names.append(model)
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line. Exit 0 when every requested plan was built; 1 with one line per failure
     (or one line naming what is missing when TensorRT 10 is not here)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    models = (*plan_config.PLAN_MODELS, *described_plan_models(MODEL_REPOSITORY))
     parser.add_argument(
-        "--model", action="append", choices=plan_config.PLAN_MODELS,
+        "--model", action="append", choices=models,
         help="a model to build (repeat for several; default: all)",
     )  # fmt: skip
     parser.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION)
@@ -300,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
 
     backend = TensorRTBackend(int(args.workspace_gib * 2**30))
     failed = 0
-    for model in args.model or plan_config.PLAN_MODELS:
+    for model in args.model or models:
         try:
             build_plan(model, args.repository, args.precision, backend, args.version)
         except (PlanBuildError, GateFailed, FileNotFoundError, ValueError) as exc:

@@ -9,13 +9,25 @@ import sys
 from collections.abc import Iterable
 
 from tritonrepo_client.cli.control import tls_from_args
-from tritonrepo_client.connection import TritonConnection
+from tritonrepo_client.connection import ClientError, TritonConnection
 from tritonrepo_client.control import repository_key
 from tritonrepo_client.control.health import check_health
 from tritonrepo_client.control.repository import RepositoryClient
 from tritonrepo_client.models import DEFAULT_MODELS
 from tritonrepo_client.ranking import SessionClient, read_checked_events
 from tritonrepo_client.validation import parse_correlation_id
+
+
+def served_models(repo: RepositoryClient, conn: TritonConnection) -> list[str]:
+    """The models ``health`` checks by default: :data:`DEFAULT_MODELS`, then every other loaded
+    model whose config declares its probe (a generated pipeline's ensemble does); only
+    :data:`DEFAULT_MODELS` when the loaded models cannot be listed."""
+    from tritonrepo_client.control.config_sets import probed_models
+
+    try:
+        return probed_models(repo, conn, DEFAULT_MODELS)
+    except ClientError:
+        return list(DEFAULT_MODELS)
 
 
 def health_command(args: argparse.Namespace) -> int:
@@ -35,7 +47,7 @@ def health_command(args: argparse.Namespace) -> int:
         ) as repo,
     ):
         checks = check_health(
-            conn, args.models or DEFAULT_MODELS, live_only=args.live, repository=repo
+            conn, args.models or served_models(repo, conn), live_only=args.live, repository=repo
         )
     for check in checks:
         tag = "WARN" if check.warning else "ok  " if check.ok else "FAIL"

@@ -289,3 +289,26 @@ def test_text_embedding_tensorrt_alias_builds_the_encoder(tmp_path):
     metadata = json.loads((repo / text_spec.ENCODER_MODEL / "1" / "plan_metadata.json").read_text())
     assert metadata.keys() >= METADATA_KEYS
     assert np.isfinite(metadata["accuracy"]["min_cosine"])
+
+
+# --- described pipelines (pipelines/*/pipeline.toml) -----------------------------------------
+def test_a_described_pipelines_plan_takes_profile_calibration_and_gate_from_its_description(
+    tmp_path,
+):
+    """nudenet_detector's core: profile 0 from its config's max_batch_size (1..32, OPT 16, the
+    fixed 3x320x320), INT8 calibration on its preprocessed sample photos at the OPT batch, the
+    gate against ONNX Runtime FP32 on the same samples; scikit-learn's graph (ai.onnx.ml
+    operators) has no plan: its config.pbtxt runs ONNX Runtime."""
+    model = "nudenet_detector_model"
+    assert tensorrt_plans.described_plan_models(MODEL_REPOSITORY) == [model]
+    repo = repository_copy(tmp_path, [model])
+    backend = OnnxBackend(MODEL_REPOSITORY / model / "1" / "model.onnx")
+    metadata = build_plan(model, repo, "int8", backend, cache_dir=tmp_path / "cache", log=str)
+    assert metadata["profiles"] == [
+        {"images": {"min": [1, 3, 320, 320], "opt": [16, 3, 320, 320], "max": [32, 3, 320, 320]}}
+    ]
+    assert {f["images"].shape for f in backend.calls["calibration"]} == {(16, 3, 320, 320)}
+    accuracy = metadata["accuracy"]
+    assert accuracy["passed"] and accuracy["rows"] == 12, accuracy
+    assert accuracy["relative_max_abs"] == {"output0": 0.0}  # the stand-in engine is the graph
+    assert (repo / model / "1" / "model.plan").is_file()

@@ -1,1 +1,2 @@
-"""Pipelines described once (``pipelines/<name>/pipeline.toml``): the description and the generic steps that run its functions."""
+"""Pipelines described once (``pipelines/<name>/pipeline.toml``): the description, and the
+generic step that runs its functions."""

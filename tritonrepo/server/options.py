@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
+from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, PIPELINES
+from tritonrepo.pipelines.description import discover
 from tritonrepo.server import repository_key
 from tritonrepo_client.models import DEFAULT_MODELS
 
@@ -146,3 +147,19 @@ class ServerOptions:
     def grpc_url(self) -> str:
         """``host:port`` of the gRPC endpoint, as tritonclient takes it."""
         return f"{self.client_host}:{self.grpc_port}"
+
+
+def default_models(
+    repository: Path = MODEL_REPOSITORY, pipelines: Path = PIPELINES
+) -> tuple[str, ...]:
+    """What ``make serve`` loads without ``--model``: :data:`DEFAULT_MODELS`, then every
+    described pipeline (``pipelines/<name>/pipeline.toml``) whose ensemble ``repository/<name>``
+    has been generated, by name; so a team's pipeline is served next to the shipped ones
+    without listing them."""
+    described = [p.parent.name for p in discover(pipelines)]
+    extra = [
+        n
+        for n in described
+        if n not in DEFAULT_MODELS and (repository / n / "config.pbtxt").is_file()
+    ]
+    return (*DEFAULT_MODELS, *extra)

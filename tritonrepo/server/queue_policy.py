@@ -34,6 +34,7 @@ nothing from this package), checked equal by that test.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 REALTIME = 1
@@ -102,9 +103,20 @@ STEP = QueuePolicy(
 )
 
 
+@functools.lru_cache(maxsize=1)
+def described_core_models() -> tuple[str, ...]:
+    """The core models of the described pipelines (``pipelines/*/pipeline.toml``): their
+    generated configs carry the core policies too."""
+    from tritonrepo.paths import PIPELINES
+    from tritonrepo.pipelines.description import discover, load
+
+    return tuple(load(path).core.model for path in discover(PIPELINES))
+
+
 def expected_policy(model: str, config_set: str | None) -> QueuePolicy:
     """The policy of ``model``'s config set ``config_set`` (``None`` = ``config.pbtxt``,
-    else ``configs/<config_set>.pbtxt``) when it has dynamic batching."""
-    if model in CORE_MODELS:
+    else ``configs/<config_set>.pbtxt``) when it has dynamic batching: a core model's
+    (:data:`CORE_MODELS` and :func:`described_core_models`) or a Python step's."""
+    if model in CORE_MODELS or model in described_core_models():
         return CORE_CPU if config_set in CPU_CONFIG_SETS else CORE_GPU
     return STEP

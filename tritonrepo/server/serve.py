@@ -27,6 +27,7 @@ from tritonrepo.server.launcher import (
     ServerOptions,
     TritonServer,
 )
+from tritonrepo.server.options import default_models
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -40,7 +41,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--model",
         dest="models",
         action="append",
-        help=f"model to load at start (repeatable; default: {', '.join(DEFAULT_MODELS)})",
+        help=f"model to load at start (repeatable; default: {', '.join(DEFAULT_MODELS)} and "
+        "every generated pipeline of pipelines/)",
     )
     p.add_argument(
         "--host",
@@ -213,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     options = ServerOptions(
         model_repository=args.model_repository,
-        models=tuple(args.models or DEFAULT_MODELS),
+        models=tuple(args.models or default_models(args.model_repository)),
         host=host,
         http_port=args.http_port,
         grpc_port=args.grpc_port,

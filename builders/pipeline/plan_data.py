@@ -1,0 +1,108 @@
+"""TensorRT plans of the described pipelines' core models (``make build-plans``): their
+optimization profile, INT8 calibration feeds and accuracy gate, all from the description.
+
+* Profile 0 spans batch 1 to the GPU config's ``max_batch_size``, OPT half of it (at least 1);
+  the other dims are the config's (a plan needs them fixed: ``fixed_dims`` in the description).
+* INT8 calibration: the samples through the preprocess function, repeated to whole OPT batches.
+* Gate: the engine vs ONNX Runtime FP32 on the same preprocessed samples; every float output's
+  largest deviation, relative to the reference output's largest magnitude, must stay within
+  :data:`RELATIVE_TOLERANCE` of the precision.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tritonrepo.paths import PIPELINES
+from tritonrepo.pipelines.description import Pipeline, discover, load
+
+if TYPE_CHECKING:
+    from tritonrepo_client.control.model_config import ModelConfig
+
+Shape = tuple[int, ...]
+Profile = dict[str, tuple[Shape, Shape, Shape]]
+# max |engine - FP32| / max |FP32| per float output: FP32 kernels reorder sums; FP16 keeps
+# ~3 decimal digits; INT8 (calibrated) stays within a few percent on a healthy graph.
+RELATIVE_TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 5e-2}
+
+
+@lru_cache(maxsize=1)
+def described_plan_models() -> dict[str, Pipeline]:
+    """``{core model: pipeline}`` of the descriptions whose core this package builds (an
+    ``onnx`` file or a ``build`` function; a ``builder`` core has its own plan code)."""
+    pipelines = [load(path) for path in discover(PIPELINES)]
+    return {p.core.model: p for p in pipelines if p.core.builder is None}
+
+
+def profile(pipeline: Pipeline, cfg: ModelConfig) -> Profile:
+    """Profile 0 of the core model (module docstring), from its GPU config.
+
+    Raises:
+        ValueError: the config does not batch, or an input has a dynamic dim.
+    """
+    if cfg.max_batch_size <= 0:
+        raise ValueError(f"{cfg.name}: the config must batch (max_batch_size > 0)")
+    opt = max(1, cfg.max_batch_size // 2)
+    out: Profile = {}
+    for tensor in cfg.input:
+        dims = tuple(tensor.reshape.shape) if tensor.HasField("reshape") else tuple(tensor.dims)
+        if any(d < 0 for d in dims):
+            raise ValueError(
+                f"{cfg.name}: input '{tensor.name}' has dynamic dims {list(dims)}; a TensorRT "
+                f"plan needs them fixed: set fixed_dims in {pipeline.source.name}"
+            )
+        out[tensor.name] = ((1, *dims), (opt, *dims), (cfg.max_batch_size, *dims))
+    return out
+
+
+def sample_feeds(pipeline: Pipeline) -> dict[str, np.ndarray]:
+    """The core model's inputs for the samples (``builders.pipeline.build.core_feeds``)."""
+    from builders.pipeline.build import core_feeds
+    from builders.pipeline.graph import obtain_model
+
+    return core_feeds(pipeline, obtain_model(pipeline))
+
+
+def calibration_feeds(pipeline: Pipeline, plan_profile: Profile) -> list[dict[str, np.ndarray]]:
+    """INT8 calibration batches at the OPT batch size: the preprocessed samples, repeated
+    until each batch is full (at least one batch)."""
+    feeds = sample_feeds(pipeline)
+    opt = next(iter(plan_profile.values()))[1][0]
+    rows = len(next(iter(feeds.values())))
+    batches = max(1, rows // opt)
+    index = np.arange(batches * opt) % rows
+    return [
+        {k: v[index[i * opt : (i + 1) * opt]] for k, v in feeds.items()} for i in range(batches)
+    ]
+
+
+def run_gate(pipeline: Pipeline, reference: Any, candidate: Any, precision: str) -> dict:
+    """The engine (``candidate``, a Polygraphy runner) vs ONNX Runtime FP32 (``reference``)
+    on the preprocessed samples, judged against :data:`RELATIVE_TOLERANCE`.
+
+    Raises:
+        builders.gates.accuracy_gate.GateFailed: a float output deviates more.
+    """
+    from builders.gates.accuracy_gate import GateFailed, paired_outputs
+
+    limit = RELATIVE_TOLERANCE[precision]
+    feeds = sample_feeds(pipeline)
+    figures: dict[str, float] = {}
+    for a, b in paired_outputs(reference, candidate, [feeds]):
+        for name, ref in a.items():
+            ref = np.asarray(ref)
+            if ref.dtype.kind != "f":
+                figures[name] = float(np.count_nonzero(ref != np.asarray(b[name])))
+                continue
+            scale = float(np.max(np.abs(ref))) or 1.0
+            figures[name] = float(np.max(np.abs(ref - np.asarray(b[name], ref.dtype)))) / scale
+    failing = [f"{n} {v:.2e} > {limit}" for n, v in figures.items() if v > limit]
+    if failing:
+        raise GateFailed(
+            f"{pipeline.core.model}: accuracy gate vs ONNX Runtime FP32: {'; '.join(failing)}"
+        )
+    return {"rows": len(next(iter(feeds.values()))), "relative_max_abs": figures,
+            "tolerance": limit, "passed": True}  # fmt: skip

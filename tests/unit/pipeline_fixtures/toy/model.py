@@ -1,0 +1,49 @@
+"""The toy core model, built with ``onnx.helper``: ``scores = features @ W + b``.
+
+``features`` FP32 [batch, 4] -> ``scores`` FP32 [batch, 2]; the batch dim is symbolic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+WEIGHTS = np.array([[1.0, -1.0], [0.5, 0.5], [-2.0, 1.0], [0.0, 3.0]], dtype=np.float32)
+BIAS = np.array([0.25, -0.25], dtype=np.float32)
+
+
+def _graph(feature_dims: list[int | str]) -> onnx.ModelProto:
+    features = helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", *feature_dims])
+    scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 2])
+    nodes = [
+        helper.make_node("MatMul", ["features", "W"], ["product"]),
+        helper.make_node("Add", ["product", "b"], ["sum"]),
+        helper.make_node("Identity", ["sum"], ["scores"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "toy",
+        [features],
+        [scores],
+        initializer=[numpy_helper.from_array(WEIGHTS, "W"), numpy_helper.from_array(BIAS, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what the installed onnxruntime reads
+    onnx.checker.check_model(model)
+    return model
+
+
+def build() -> onnx.ModelProto:
+    """``features`` FP32 [batch, 4] -> ``scores`` FP32 [batch, 2]."""
+    return _graph([4])
+
+
+def build_dynamic() -> onnx.ModelProto:
+    """As :func:`build`, but the features dim is symbolic too: ``features`` FP32 [batch, n]."""
+    return _graph(["n"])
+
+
+def build_bytes() -> bytes:
+    """:func:`build` serialized (a ``build`` may return ONNX bytes)."""
+    return build().SerializeToString()

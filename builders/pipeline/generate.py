@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from builders.metadata import render as render_json
+from builders.metadata import write_atomic
 from builders.pipeline import render
 from builders.pipeline.checks import Checked, check
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
@@ -91,6 +93,11 @@ def render_files(pipeline: Pipeline, checked: Checked, repository: Path) -> dict
     return files
 
 
+def _relative(path: Path) -> str:
+    """``path`` relative to the checkout when inside it, else absolute."""
+    return path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else str(path)
+
+
 def _manifest(pipeline: Pipeline) -> dict[str, str]:
     path = pipeline.folder / MANIFEST
     return json.loads(path.read_text())["files"] if path.is_file() else {}
@@ -105,7 +112,13 @@ def plan(
         DescriptionError: a check failed (:func:`builders.pipeline.checks.check`).
     """
     recorded = _manifest(pipeline)
-    owned = {Path(p).parts[1] for p in recorded if p.startswith(f"{repository.name}/")}
+    owned = set()  # the model folders this description generated before
+    for recorded_path in recorded:
+        path = (
+            Path(recorded_path) if Path(recorded_path).is_absolute() else REPO_ROOT / recorded_path
+        )
+        if path.is_relative_to(repository):
+            owned.add(path.relative_to(repository).parts[0])
     checked = check(pipeline, repository, owned, force)
     changes = []
     for path, text in render_files(pipeline, checked, repository).items():
@@ -143,14 +156,19 @@ def write(pipeline: Pipeline, changes: Sequence[Change]) -> None:
             path = REPO_ROOT / change.path
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(change.text)
+    source = pipeline.source
     manifest = {
-        "description": pipeline.source.relative_to(REPO_ROOT).as_posix(),
-        "files": {c.path: _digest(c.text) for c in changes},
+        "description": (
+            source.relative_to(REPO_ROOT).as_posix()
+            if source.is_relative_to(REPO_ROOT)
+            else str(source)
+        ),
+        "files": {c.path: _digest(c.text) for c in sorted(changes, key=lambda c: c.path)},
     }
-    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    text = render_json(manifest)
     target = pipeline.folder / MANIFEST
     if not target.is_file() or target.read_text() != text:
-        target.write_text(text)
+        write_atomic(target, text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

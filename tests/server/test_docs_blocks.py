@@ -7,8 +7,10 @@ The server is what ``make serve`` runs: the launcher with its default models and
 verbatim. It is started once, by the first block that runs, and every block after it finds
 the state the blocks before it left; after each block the server must still serve every
 model (a real inference each). The blocks run in a copy of the checkout (tracked and
-untracked files; ``.venv``, ``build`` and ``model_repository`` linked), so files they write do
-not land in the tree, with ``PATH`` as a user has it (no ``.venv/bin``) and the server's
+untracked files; ``.venv`` and ``build`` linked; ``model_repository`` a folder of links to the
+tree's model folders, which the server serves), so files they write, new model folders
+included, do not land in the tree, with ``PATH`` as a user has it (no ``.venv/bin``),
+``PYTHONPATH`` the copy (the console scripts import its code, not the tree's) and the server's
 repository key in ``$TRITONREPO_REPOSITORY_KEY``.
 
 On a machine where something else holds those ports, run it in a network namespace of its own
@@ -37,7 +39,8 @@ from tritonrepo.paths import BUILD_DIR, REPO_ROOT
 from tritonrepo.server.launcher import LaunchError, ServerOptions, TritonServer
 
 DOC_FILES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
-LINKED = (".venv", "build", "model_repository")  # large or built: linked, not copied
+LINKED = (".venv", "build")  # large or built: linked, not copied
+LINKED_ENTRIES = ("model_repository",)  # a folder of links: new entries stay in the copy
 
 
 def collect_blocks() -> list[Block]:
@@ -108,7 +111,7 @@ def docs_workdir(tmp_path_factory) -> Path:
         cwd=REPO_ROOT, capture_output=True, check=True,
     ).stdout.decode().split("\0")  # fmt: skip
     for name in listed:
-        if not name or name.split("/", 1)[0] in LINKED:
+        if not name or name.split("/", 1)[0] in (*LINKED, *LINKED_ENTRIES):
             continue
         source, target = REPO_ROOT / name, work / name
         if source.is_file():
@@ -117,6 +120,10 @@ def docs_workdir(tmp_path_factory) -> Path:
     for name in LINKED:
         if (REPO_ROOT / name).exists():
             (work / name).symlink_to(REPO_ROOT / name)
+    for name in LINKED_ENTRIES:  # a page may generate a model folder (add_your_own_model.md)
+        (work / name).mkdir()
+        for entry in sorted((REPO_ROOT / name).iterdir()):
+            (work / name / entry.name).symlink_to(entry)
     # The blocks run with the venv as it is. A block's `make` must not reinstall it from the
     # copy: pip's editable install would then point at a folder pytest deletes later.
     # (Nanoseconds, and a second older than the stamp: a float mtime set back can round up past
@@ -133,13 +140,15 @@ def docs_workdir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def docs_server() -> Iterator[TritonServer]:
+def docs_server(docs_workdir: Path) -> Iterator[TritonServer]:
     """The server of ``make serve``: default models and ports, the self-healing supervisor,
-    a repository key of its own."""
+    a repository key of its own; it serves the copy's ``model_repository`` (the tree's model
+    folders, linked, and those the blocks generate)."""
     from tests.conftest import require_artifacts
 
     require_artifacts()
     options = ServerOptions(
+        model_repository=docs_workdir / "model_repository",
         log_file=BUILD_DIR / "test-logs" / "docs-blocks.log",
         repository_key=secrets.token_urlsafe(16),
         heal_interval_s=10.0,
@@ -161,10 +170,12 @@ def docs_server() -> Iterator[TritonServer]:
         server.stop()
 
 
-def block_environment(server: TritonServer) -> dict[str, str]:
+def block_environment(server: TritonServer, cwd: Path) -> dict[str, str]:
     """A user's shell: ``PATH`` without this checkout's ``.venv/bin`` (the docs write
     ``.venv/bin/...``), no make or venv variables of the caller, the server's key, unbuffered
-    Python (stdout and stderr interleave as on a terminal) and an 80-column terminal."""
+    Python (stdout and stderr interleave as on a terminal) and an 80-column terminal;
+    ``PYTHONPATH`` is ``cwd``, the copy: the venv's console scripts (an editable install of the
+    tree) then import the copy's code and write into the copy, as they would in a checkout."""
     venv = (REPO_ROOT / ".venv").resolve()
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     env.pop("VIRTUAL_ENV", None)
@@ -175,6 +186,7 @@ def block_environment(server: TritonServer) -> dict[str, str]:
     env["TRITONREPO_REPOSITORY_KEY"] = server.options.repository_key or ""
     env["PYTHONUNBUFFERED"] = "1"
     env["COLUMNS"] = "80"
+    env["PYTHONPATH"] = str(cwd)
     return env
 
 
@@ -287,7 +299,7 @@ def test_doc_block(block: Block, request) -> None:
         if not (cwd / name).exists():
             INPUT_FILES[name](cwd / name)
     started = time.monotonic()
-    why = run_block(block, cwd, block_environment(server))
+    why = run_block(block, cwd, block_environment(server, cwd))
     elapsed = time.monotonic() - started
     if why:
         pytest.fail(f"{why}\n[{elapsed:.1f} s]", pytrace=False)

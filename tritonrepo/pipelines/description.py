@@ -189,6 +189,7 @@ class _Reader:
         return value
 
     def unknown(self, table: Mapping[str, Any], known: Sequence[str], where: str) -> None:
+        known = list(dict.fromkeys(known))
         for key in table:
             if key not in known:
                 hint = _closest(key, known)

@@ -9,7 +9,9 @@ keeps it before ``make artifacts`` fills it), and ``tests/pipelines/test_NAME.py
 What it wrote is recorded in ``pipelines/NAME/generated_files.json`` (path → SHA-256). A second
 run with an unchanged description changes nothing; a file that differs from both the new text
 and the recorded one was edited by hand and is left alone (the run fails, naming it) unless
-``--force``. ``--check`` writes nothing and exits 1 when a file would change.
+``--force``. A file generated before that the description no longer makes (a config set or
+a step renamed away) is removed, unless edited by hand. ``--check`` writes nothing and exits 1
+when a file would change.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ INT8_VERSION = 2  # the version folder of an INT8 build (``[model] int8 = true``
 @dataclass(frozen=True)
 class Change:
     """One planned file: its path (relative to the checkout), new text, and what happens:
-    ``create``, ``update``, ``same`` or ``edited`` (changed by hand since generated)."""
+    ``create``, ``update``, ``same``, ``remove`` (generated before, no longer described) or
+    ``edited`` (changed by hand since generated: left alone, the run fails)."""
 
     path: str
     text: str
@@ -136,6 +139,13 @@ def plan(
             else:
                 action = "edited"
         changes.append(Change(relative, text, action))
+    planned = {c.path for c in changes}
+    for relative, digest in recorded.items():  # generated before, no longer described
+        path = REPO_ROOT / relative
+        if relative in planned or not path.is_file():
+            continue
+        unedited = force or _digest(path.read_text()) == digest
+        changes.append(Change(relative, "", "remove" if unedited else "edited"))
     return changes
 
 
@@ -152,10 +162,15 @@ def write(pipeline: Pipeline, changes: Sequence[Change]) -> None:
             f"{pipeline.source.name} (or pass --force to overwrite)"
         )
     for change in changes:
+        path = REPO_ROOT / change.path
         if change.action in ("create", "update"):
-            path = REPO_ROOT / change.path
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(change.text)
+        elif change.action == "remove":
+            path.unlink()
+            for folder in list(path.parents)[:3]:  # version folder, configs/, the model folder
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
     source = pipeline.source
     manifest = {
         "description": (
@@ -163,7 +178,11 @@ def write(pipeline: Pipeline, changes: Sequence[Change]) -> None:
             if source.is_relative_to(REPO_ROOT)
             else str(source)
         ),
-        "files": {c.path: _digest(c.text) for c in sorted(changes, key=lambda c: c.path)},
+        "files": {
+            c.path: _digest(c.text)
+            for c in sorted(changes, key=lambda c: c.path)
+            if c.action != "remove"
+        },
     }
     text = render_json(manifest)
     target = pipeline.folder / MANIFEST

@@ -20,6 +20,7 @@ GENERATED = (
     "edit that file and run `tritonrepo-new pipeline {name}` again."
 )
 STEP_CLASS = "tritonrepo.pipelines.function_step:FunctionStep"
+LINE_LENGTH = 100  # ruff's, for the generated model.py
 CODE_ROOT = "../.."  # from a model's folder to the checkout root: pipelines.<name> imports
 
 
@@ -244,8 +245,15 @@ def model_py(pipeline: Pipeline, step: Step, number: int, summary: str) -> str:
     subclass of the step class (``FunctionStep`` for a function)."""
     module, _, cls = (step.step or STEP_CLASS).partition(":")
     logic = step.function or step.step
+    candidates = (
+        f'"""{pipeline.name} step {number}: {summary} (logic: {logic})."""',
+        f'"""{pipeline.name} step {number}: {summary}."""',
+        f'"""{pipeline.name} step {number} (logic: {logic})."""',
+        f'"""{pipeline.name} step {number}."""',
+    )
+    first = next((c for c in candidates if len(c) <= LINE_LENGTH), candidates[-1])
     return (
-        f'"""{pipeline.name} step {number}: {summary} (logic: {logic})."""\n\n'
+        f"{first}\n\n"
         f"from {module} import {cls}\n\n\n"
         f"class TritonPythonModel({cls}):\n"
         f'    """Python-backend entry point; initialize/execute/finalize come from {cls}."""\n'

@@ -154,7 +154,8 @@ CASES = [
          "preprocess.function",
          ("dtype mismatch: 'features' is float64, the core model's input is FP32; cast it in the "
           "function (astype(np.float32))",), False),
-    Case("response-dtype", sub('name = "SCORES"\ndtype = "FP32"', 'name = "SCORES"\ndtype = "FP16"'),
+    Case("response-dtype",
+         sub('name = "SCORES"\ndtype = "FP32"', 'name = "SCORES"\ndtype = "FP16"'),
          "postprocess.function",
          ("dtype mismatch: 'SCORES' is float32, the response tensor is FP16",
           "astype(np.float16)"), False),
@@ -170,7 +171,8 @@ CASES = [
          "model.fixed_dims.pixels", ("the graph has no input 'pixels'; inputs: ['features']",),
          False),
     Case("fixed-dims-wrong-rank",
-         sub(BUILD, BUILD.replace(":build", ":build_dynamic") + "\nfixed_dims = { features = [2, 2] }"),
+         sub(BUILD, BUILD.replace(":build", ":build_dynamic")
+             + "\nfixed_dims = { features = [2, 2] }"),
          "model.fixed_dims.features", ("[2, 2] does not fit the graph's dims [-1]", "give 1 sizes"),
          False),
 ]  # fmt: skip
@@ -221,8 +223,11 @@ def test_every_problem_is_reported_at_once(ws: Workspace):
 
 def test_wrong_types_name_the_expected_type(ws: Workspace):
     ws.write_description(
-        edited(edited(TOY_TOML, "max_batch_size = 8", 'max_batch_size = "8"'), 'name = "toy"',
-               'name = "Toy Pipeline"')  # fmt: skip
+        edited(
+            edited(TOY_TOML, "max_batch_size = 8", 'max_batch_size = "8"'),
+            'name = "toy"',
+            'name = "Toy Pipeline"',
+        )
     )
     with pytest.raises(DescriptionError) as info:
         ws.load()
@@ -256,7 +261,9 @@ def test_name_clash_with_existing_model_is_refused_and_force_allows_it(ws: Works
 
     result = ws.run("--force")
     assert result.rc == 0, result.err
-    cfg = text_format.Parse((ws.repository / "toy_model/config.pbtxt").read_text(), mc.ModelConfig())
+    cfg = text_format.Parse(
+        (ws.repository / "toy_model/config.pbtxt").read_text(), mc.ModelConfig()
+    )
     assert (cfg.name, cfg.platform) == ("toy_model", "tensorrt_plan")
     assert (ws.repository / "toy_model/configs/cpu.pbtxt").is_file()
     assert ws.manifest.is_file()

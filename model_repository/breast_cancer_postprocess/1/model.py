@@ -1,4 +1,4 @@
-"""breast_cancer step 3: label, probabilities -> DIAGNOSIS, PROBABILITY_MALIGNANT (logic: pipelines.breast_cancer.steps:postprocess)."""
+"""breast_cancer step 3: label, probabilities -> DIAGNOSIS, PROBABILITY_MALIGNANT."""
 
 from tritonrepo.pipelines.function_step import FunctionStep
 

@@ -1,4 +1,4 @@
-"""breast_cancer step 1: MEASUREMENTS -> features (logic: pipelines.breast_cancer.steps:preprocess)."""
+"""breast_cancer step 1: MEASUREMENTS -> features."""
 
 from tritonrepo.pipelines.function_step import FunctionStep
 

@@ -1,4 +1,4 @@
-"""image_classification step 3: logits, K -> LABELS, SCORES, PROBABILITIES (logic: tritonrepo.image.steps:PostprocessStep)."""
+"""image_classification step 3: logits, K -> LABELS, SCORES, PROBABILITIES."""
 
 from tritonrepo.image.steps import PostprocessStep
 

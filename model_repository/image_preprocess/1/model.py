@@ -1,4 +1,4 @@
-"""image_classification step 1: IMAGE, TOP_K -> pixels, K (logic: tritonrepo.image.steps:PreprocessStep)."""
+"""image_classification step 1: IMAGE, TOP_K -> pixels, K."""
 
 from tritonrepo.image.steps import PreprocessStep
 

@@ -1,4 +1,4 @@
-"""nudenet_detector step 3: output0, LETTERBOX -> DETECTIONS, COUNT (logic: pipelines.nudenet_detector.steps:postprocess)."""
+"""nudenet_detector step 3: output0, LETTERBOX -> DETECTIONS, COUNT."""
 
 from tritonrepo.pipelines.function_step import FunctionStep
 

@@ -1,4 +1,4 @@
-"""nudenet_detector step 1: IMAGE -> images, LETTERBOX (logic: pipelines.nudenet_detector.steps:preprocess)."""
+"""nudenet_detector step 1: IMAGE -> images, LETTERBOX."""
 
 from tritonrepo.pipelines.function_step import FunctionStep
 

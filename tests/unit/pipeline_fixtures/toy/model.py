@@ -14,7 +14,9 @@ BIAS = np.array([0.25, -0.25], dtype=np.float32)
 
 
 def _graph(feature_dims: list[int | str]) -> onnx.ModelProto:
-    features = helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", *feature_dims])
+    features = helper.make_tensor_value_info(
+        "features", TensorProto.FLOAT, ["batch", *feature_dims]
+    )
     scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 2])
     nodes = [
         helper.make_node("MatMul", ["features", "W"], ["product"]),

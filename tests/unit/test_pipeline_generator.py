@@ -76,7 +76,9 @@ def test_first_run_creates_the_expected_files(generated: Workspace):
         assert len(lines) == 7, lines
         assert lines[2] == "from tritonrepo.pipelines.function_step import FunctionStep"
         assert lines[5] == "class TritonPythonModel(FunctionStep):"
-        assert f"(logic: {PACKAGE}.steps:{ref})" in lines[0]
+        assert lines[0].startswith('"""toy step ') and len(lines[0]) <= 100, lines[0]
+        config = (ws.repository / step / "config.pbtxt").read_text()
+        assert f'string_value: "{PACKAGE}.steps:{ref}"' in config  # what the step runs
     assert (
         "X, TAG -> features, TAG_LENGTH"
         in (ws.repository / "toy_preprocess/1/model.py").read_text()

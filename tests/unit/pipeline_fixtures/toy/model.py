@@ -46,6 +46,22 @@ def build_dynamic() -> onnx.ModelProto:
     return _graph(["n"])
 
 
+def build_batch_mixing() -> onnx.ModelProto:
+    """As :func:`build`, minus the batch's mean score: each row depends on the others (what the
+    builder's batch-parity check must refuse)."""
+    model = build()
+    graph = model.graph
+    graph.node[-1].output[0] = "row_scores"
+    graph.node.extend(
+        [
+            helper.make_node("ReduceMean", ["row_scores"], ["mean"], axes=[0], keepdims=1),
+            helper.make_node("Sub", ["row_scores", "mean"], ["scores"]),
+        ]
+    )
+    onnx.checker.check_model(model)
+    return model
+
+
 def build_bytes() -> bytes:
     """:func:`build` serialized (a ``build`` may return ONNX bytes)."""
     return build().SerializeToString()

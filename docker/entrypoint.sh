@@ -13,6 +13,15 @@ repo="${TRITONREPO_MODEL_REPOSITORY:-/opt/tritonrepo/model_repository}"
 # The launcher's models (tritonrepo/server/launcher.py DEFAULT_MODELS): the ones the health check
 # (`tritonrepo-client health`) probes by default.
 models=(text_embedding ctr_ranking ctr_session image_classification)
+# ...then every other ensemble that declares its own probe (the pipelines tritonrepo-new
+# generated), as `make serve` does (tritonrepo/server/options.py default_models).
+for config in "$repo"/*/config.pbtxt; do
+  name="$(basename "$(dirname "$config")")"
+  if [[ " ${models[*]} " != *" $name "* ]] && grep -q '^platform: *"ensemble"' "$config" \
+      && grep -q 'key: "tritonrepo_probe"' "$config"; then
+    models+=("$name")
+  fi
+done
 header=x-model-repository-key
 # API categories only key holders may call (tritonrepo/server/repository_key.py RESTRICTED_APIS).
 restricted=model-repository,shared-memory,logging,trace

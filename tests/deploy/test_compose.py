@@ -18,6 +18,7 @@ import yaml
 from tests.dockerfile_steps import COMPOSE_FILE, DOCKER_DIR, ENTRYPOINT, parse_dockerfile
 from tritonrepo.paths import REPO_ROOT
 from tritonrepo.server import launcher
+from tritonrepo.server.options import default_models
 from tritonrepo_client.cli import app as cli
 from tritonrepo_client.control import health
 
@@ -252,10 +253,14 @@ def test_entrypoint_with_plans_starts_the_server(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr
     check, serve = log.splitlines()
     repo = tmp_path / "model_repository"
+    # The launcher's models, then the generated pipelines (ensembles declaring their probe),
+    # found the same way by the entrypoint and by `make serve` (default_models).
+    served = default_models(repo)
+    assert served[: len(launcher.DEFAULT_MODELS)] == launcher.DEFAULT_MODELS
+    assert {"breast_cancer", "nudenet_detector"} <= set(served[len(launcher.DEFAULT_MODELS) :])
     assert check == (
         f"python -m tritonrepo.server.preflight --repository {repo} --model-config-name  "
-        "--model=text_embedding --model=ctr_ranking --model=ctr_session "
-        "--model=image_classification"
+        + " ".join(f"--model={m}" for m in served)
     )
     assert serve.startswith("tritonserver ") and "--model-control-mode=explicit" in serve
     locked = "model-repository,shared-memory,logging,trace:x-model-repository-key=sekrit"

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, PIPELINES
-from tritonrepo.pipelines.description import discover
+from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 from tritonrepo.server import repository_key
 from tritonrepo_client.models import DEFAULT_MODELS
 
@@ -149,17 +148,21 @@ class ServerOptions:
         return f"{self.client_host}:{self.grpc_port}"
 
 
-def default_models(
-    repository: Path = MODEL_REPOSITORY, pipelines: Path = PIPELINES
-) -> tuple[str, ...]:
-    """What ``make serve`` loads without ``--model``: :data:`DEFAULT_MODELS`, then every
-    described pipeline (``pipelines/<name>/pipeline.toml``) whose ensemble ``repository/<name>``
-    has been generated, by name; so a team's pipeline is served next to the shipped ones
-    without listing them."""
-    described = [p.parent.name for p in discover(pipelines)]
-    extra = [
-        n
-        for n in described
-        if n not in DEFAULT_MODELS and (repository / n / "config.pbtxt").is_file()
-    ]
+def default_models(repository: Path = MODEL_REPOSITORY) -> tuple[str, ...]:
+    """What ``make serve`` loads without ``--model``: :data:`DEFAULT_MODELS`, then every other
+    ensemble of ``repository`` whose config declares its own health probe (parameter
+    ``tritonrepo_probe``), by name: the pipelines ``tritonrepo-new`` generated. So a team's
+    pipeline is served next to the shipped ones without listing them; the container's
+    entrypoint (``docker/entrypoint.sh``) finds them the same way, and ``tritonrepo-client
+    health`` probes every loaded model that declares a probe."""
+    from tritonrepo_client.control.model_config import load_config
+
+    extra = []
+    for config in sorted(repository.glob("*/config.pbtxt")):
+        name = config.parent.name
+        if name in DEFAULT_MODELS or "tritonrepo_probe" not in config.read_text():
+            continue
+        cfg = load_config(config)
+        if cfg.platform == "ensemble" and "tritonrepo_probe" in cfg.parameters:
+            extra.append(name)
     return (*DEFAULT_MODELS, *extra)

@@ -107,14 +107,18 @@ def _import(ref: str | None, field: str, problems: list[str]) -> Any:
 
 
 def _compare(got: Mapping[str, Any], want: tuple[Tensor, ...], field: str,
-             what: str, problems: list[str], neither: str) -> None:  # fmt: skip
-    """``got`` (a function's result) against the tensors it must contain."""
+             what: str, problems: list[str], neither: str | None) -> None:  # fmt: skip
+    """``got`` (a function's result) against the tensors it must contain; a missing one is
+    reported as in neither ``neither`` (a declared tensor nothing makes), or, when None, as
+    ``what`` the function does not return (a graph tensor)."""
     for t in want:
         if t.name not in got:
-            problems.append(
-                f"{field}: tensor '{t.name}' ({what}) exists in neither {neither}; return it "
-                f"from the function (got {sorted(got)})"
+            missing = (
+                f"tensor '{t.name}' ({what}) exists in neither {neither}"
+                if neither
+                else f"does not return '{t.name}', {what}"
             )
+            problems.append(f"{field}: {missing}; return it from the function (got {sorted(got)})")
             continue
         value = np.asarray(got[t.name])
         expected = np.dtype(_numpy_kind(t.dtype))
@@ -261,7 +265,11 @@ def _run_samples(pipeline, make_samples, pre, post, model, core_inputs, core_out
         return probe
     want = (*[c.as_tensor() for c in core_inputs], *pipeline.preprocess.outputs)
     neither = "the ONNX graph's inputs nor preprocess's outputs"
-    _compare(pre_out, want, "preprocess.function", "the core model's input", problems, neither)
+    graph_inputs = tuple(c.as_tensor() for c in core_inputs)
+    _compare(pre_out, graph_inputs, "preprocess.function",
+             "the core model's input", problems, None)  # fmt: skip
+    _compare(pre_out, pipeline.preprocess.outputs, "preprocess.function",
+             "declared in preprocess.outputs", problems, neither)  # fmt: skip
     extra = sorted(set(pre_out) - {t.name for t in want})
     if extra:
         problems.append(

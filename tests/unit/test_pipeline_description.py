@@ -140,8 +140,8 @@ CASES = [
     Case("preprocess-misses-core-input", sub(PRE, PRE.replace(":preprocess",
                                                               ":preprocess_without_features")),
          "preprocess.function",
-         ("tensor 'features' (the core model's input) exists in neither the ONNX graph's inputs "
-          "nor preprocess's outputs; return it from the function (got ['TAG_LENGTH'])",), False),
+         ("does not return 'features', the core model's input; return it from the "
+          "function (got ['TAG_LENGTH'])",), False),
     Case("preprocess-misses-declared-extra",
          sub('dims = [1] }]', 'dims = [1] }, { name = "MASK", dtype = "BOOL", dims = [1] }]'),
          "preprocess.function", ("tensor 'MASK'", "exists in neither", "return it"), False),

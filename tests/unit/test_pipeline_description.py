@@ -310,3 +310,24 @@ def test_parse_rejects_non_table_sections(tmp_path: Path):
     source = tmp_path / "pipeline.toml"
     find(info.value.problems, source, "input", "must be a list of tensor tables")
     find(info.value.problems, source, "preprocess", "is missing; add a [preprocess] table")
+
+
+def test_a_torch_gpu_set_needs_a_builder_core(tmp_path):
+    """``[model.torch_gpu]`` on a core built from ``build``: refused, since nothing would build
+    its ``model.pt2``; the same table on a ``builder`` core (image_classification) loads."""
+    from tritonrepo.paths import PIPELINES
+
+    text = (PIPELINES / "breast_cancer" / "pipeline.toml").read_text()
+    path = tmp_path / "pipeline.toml"
+    path.write_text(
+        text.replace("[postprocess]", "[model.torch_gpu]\ninstances = 2\n\n[postprocess]")
+    )
+    with pytest.raises(DescriptionError) as caught:
+        load(path)
+    assert len(caught.value.problems) == 1
+    assert (
+        "model.torch_gpu: a torch.export program (model.pt2) is built only by a builder"
+        in (caught.value.problems[0])
+    )
+    shipped = load(PIPELINES / "image_classification" / "pipeline.toml")
+    assert shipped.core.deployments["torch_gpu"].instances == 2

@@ -81,7 +81,10 @@ def render_files(pipeline: Pipeline, checked: Checked, repository: Path) -> dict
         summary = f"{names(ins)} -> {names(outs)}"
         files[folder / "1" / "model.py"] = render.model_py(pipeline, step, number, summary)
     folder = repository / core.model
-    for config_set in core.deployments:
+    core_sets = [*core.deployments]
+    if core.builder is None and "torch_gpu" not in core_sets:
+        core_sets.append("torch_gpu")  # ONNX Runtime stands in (render.NO_TORCH_PROGRAM)
+    for config_set in core_sets:
         path = folder / ("config.pbtxt" if config_set == "gpu" else f"configs/{config_set}.pbtxt")
         files[path] = render.core_config(
             pipeline, checked.core_inputs, checked.core_outputs, config_set, checked.tensorrt

@@ -204,25 +204,39 @@ NO_TENSORRT = (
 )
 
 
+NO_TORCH_PROGRAM = (
+    "No torch.export program is built for this model, so the torch_gpu set runs its ONNX\n"
+    "model with ONNX Runtime on CPU instances, like configs/cpu.pbtxt: switching a server to\n"
+    "that set keeps this pipeline serving."
+)
+
+
 def core_config(
     pipeline: Pipeline, inputs: Sequence[CoreTensor], outputs: Sequence[CoreTensor],
     config_set: str, tensorrt: bool = True,
 ) -> str:  # fmt: skip
     """The core model's config for ``config_set``: ``gpu`` a TensorRT plan (profile 0 from
-    ``max_batch_size``; ONNX Runtime on CPU when ``tensorrt`` is False), ``cpu`` ONNX Runtime,
-    ``torch_gpu`` a ``torch.export`` program."""
+    ``max_batch_size``), ``cpu`` ONNX Runtime, ``torch_gpu`` a ``torch.export`` program when the
+    description has that set. ONNX Runtime on CPU instances stands in where nothing else can
+    run: ``gpu`` when ``tensorrt`` is False (a graph TensorRT cannot parse), ``torch_gpu``
+    without a ``[model.torch_gpu]`` table (no program is built)."""
     core = pipeline.core
-    deployment = core.deployments[config_set]
-    plan = config_set == "gpu" and tensorrt
-    kind_lines, kind = CORE_SETS["cpu" if config_set == "gpu" and not tensorrt else config_set]
-    profile = ' profile: [ "0" ]' if plan else ""
-    policy = CORE_CPU if config_set == "cpu" else CORE_GPU
+    note = ""
+    if config_set == "gpu" and not tensorrt:
+        note = NO_TENSORRT
+    elif config_set == "torch_gpu" and "torch_gpu" not in core.deployments:
+        note = NO_TORCH_PROGRAM
+    runtime = "cpu" if note else config_set  # what runs the model
+    own = core.deployments.get(config_set)
+    deployment = core.deployments["cpu"] if own is None else own
+    kind_lines, kind = CORE_SETS[runtime]
+    profile = ' profile: [ "0" ]' if runtime == "gpu" else ""
+    policy = CORE_CPU if config_set == "cpu" else CORE_GPU  # the set's queue sizes
+    parameters = core.deployments["cpu"].parameters if note else deployment.parameters
     versions = ", ".join(str(v) for v in core.versions)
     return "".join(
         [
-            _header(
-                pipeline, deployment.doc, "" if tensorrt or config_set != "gpu" else NO_TENSORRT
-            ),
+            _header(pipeline, "" if own is None else deployment.doc, note),
             f'name: "{core.model}"\n',
             kind_lines,
             f"max_batch_size: {deployment.max_batch_size or pipeline.max_batch_size}\n",
@@ -231,11 +245,7 @@ def core_config(
             _io("output", outputs),
             f"instance_group [ {{ count: {deployment.instances} kind: {kind}{profile} }} ]\n",
             _batching(deployment, policy),
-            _parameters(
-                deployment.parameters
-                if tensorrt or config_set != "gpu"
-                else core.deployments["cpu"].parameters
-            ),
+            _parameters(parameters),
         ]
     )
 

@@ -33,6 +33,7 @@ EXPECTED = {
     "toy_preprocess/1/model.py",
     "toy_model/config.pbtxt",
     "toy_model/configs/cpu.pbtxt",
+    "toy_model/configs/torch_gpu.pbtxt",
     "toy_model/1/.gitkeep",
     "toy_postprocess/config.pbtxt",
     "toy_postprocess/1/model.py",
@@ -103,7 +104,7 @@ def test_first_run_reports_every_file_created(ws: Workspace):
     assert result.rc == 0
     created = {line.split()[1] for line in result.out.splitlines() if line.startswith("create")}
     assert created == {f"model_repository/{f}" for f in EXPECTED} | {"tests/pipelines/test_toy.py"}
-    assert "toy: 10 of 10 files written" in result.out
+    assert "toy: 11 of 11 files written" in result.out
 
 
 def test_generated_configs_parse_and_say_what_they_run(generated: Workspace):
@@ -133,6 +134,14 @@ def test_generated_configs_parse_and_say_what_they_run(generated: Workspace):
         ("scores", mc.TYPE_FP32, [2])
     ]
     assert [g.kind for g in cpu.instance_group] == [mc.ModelInstanceGroup.KIND_CPU]
+    # No torch.export program is built for a build() core: the torch_gpu set runs the ONNX
+    # model with ONNX Runtime too, so switching a server to that set keeps the pipeline up.
+    torch_gpu = configs["toy_model/configs/torch_gpu.pbtxt"]
+    assert (torch_gpu.backend, torch_gpu.default_model_filename) == (
+        "onnxruntime_python", "model.onnx"
+    )  # fmt: skip
+    assert [g.kind for g in torch_gpu.instance_group] == [mc.ModelInstanceGroup.KIND_CPU]
+    assert torch_gpu.dynamic_batching.default_queue_policy.max_queue_size == 1024  # a GPU set's
     gpu = configs["toy_model/config.pbtxt"]
     assert gpu.platform == "tensorrt_plan"
     assert list(gpu.dynamic_batching.preferred_batch_size) == [8]
@@ -163,12 +172,12 @@ def test_check_ensemble_would_catch_a_broken_chain(generated: Workspace):
 def test_second_run_changes_nothing(generated: Workspace):
     ws = generated
     changes = generate.plan(ws.load(), ws.repository)
-    assert [c.action for c in changes] == ["same"] * 10
+    assert [c.action for c in changes] == ["same"] * 11
     age(ws)
     before = ws.snapshot()
     result = ws.run()
     assert result.rc == 0
-    assert result.out.strip() == "toy: up to date (10 files)"
+    assert result.out.strip() == "toy: up to date (11 files)"
     assert ws.snapshot() == before  # contents and mtimes (manifest included)
     assert all(mtime == OLD for _, mtime in before.values())
 
@@ -235,7 +244,7 @@ def test_description_change_of_a_function_updates_the_step(generated: Workspace)
 def test_check_exits_1_when_stale_and_0_when_up_to_date(ws: Workspace):
     before = ws.snapshot()
     result = ws.run("--check")
-    assert (result.rc, result.out.splitlines()[-1]) == (1, "10 of 10 files would change")
+    assert (result.rc, result.out.splitlines()[-1]) == (1, "11 of 11 files would change")
     assert ws.snapshot() == before  # --check writes nothing, not even the manifest
 
     assert ws.run().rc == 0

@@ -235,7 +235,7 @@ def _busy_and_own_s() -> tuple[float, float]:
 
 class ForeignLoad:
     """The share of the machine's cores that processes other than this benchmark's used while
-    the ``with`` block ran (other people's jobs on a shared machine skew every figure)."""
+    the ``with`` block ran (other jobs on a shared machine skew every figure)."""
 
     def __enter__(self) -> ForeignLoad:
         self.start = (time.monotonic(), *_busy_and_own_s())

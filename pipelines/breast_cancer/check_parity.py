@@ -68,7 +68,7 @@ def main() -> int:
     print(f"held-out (n={len(y_test)}): served accuracy {acc:.4f}, AUC {auc:.4f}; ", end="")
     print(f"sklearn accuracy {accuracy_score(y_test, sk):.4f}")
 
-    for bad, want in ((np.nan, "not finite"), (-1.0, "not finite >= 0")):
+    for bad, want in ((np.nan, "not in [0,"), (-1.0, "not in [0,"), (3e38, "not in [0,")):
         y = x[:3].copy()
         y[2, 7] = bad
         try:

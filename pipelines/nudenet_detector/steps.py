@@ -1,12 +1,18 @@
 """Pre/postprocessing: NudeNet's own letterbox + blob and decode + NMS, batch-first."""
 
+import io
 import json
 
 import cv2
 import numpy as np
 from nudenet.nudenet import _postprocess, _read_image
+from PIL import Image
 
 SIZE = 320  # the core model's input height and width
+MAX_BYTES = 20 * 2**20  # an encoded image, at most
+# NudeNet pads an image to a square of its longer side before resizing it, so a W x 1 PNG of
+# 100 bytes would take W² x 3 bytes of memory: the longer side is capped (8192: 200 MB).
+MAX_SIDE = 8192
 
 
 def preprocess(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -20,19 +26,33 @@ def preprocess(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         (x_pad, y_pad, original width, original height, in pixels) for postprocess.
 
     Raises:
-        ValueError: ``IMAGE[i]`` is not bytes, is empty, or cannot be decoded as an image.
+        ValueError: ``IMAGE[i]`` is not bytes, is empty or over ``MAX_BYTES``, has a side over
+            ``MAX_SIDE`` (read from its header, before decoding), is not 8-bit, or cannot be
+            decoded as an image.
     """
     blobs, boxes = [], []
     for i, data in enumerate(inputs["IMAGE"][:, 0]):
-        if not isinstance(data, bytes) or not data:
-            raise ValueError(f"IMAGE[{i}] must be non-empty encoded image bytes")
-        mat = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
-        if mat is None:
-            raise ValueError(f"IMAGE[{i}] is not a decodable image ({len(data)} bytes)")
+        if not isinstance(data, bytes) or not data or len(data) > MAX_BYTES:
+            raise ValueError(f"IMAGE[{i}] must be encoded image bytes, 1 to {MAX_BYTES} of them")
         try:
+            side = max(Image.open(io.BytesIO(data)).size)  # the header only
+        except Image.DecompressionBombError as e:  # Pillow's own pixel limit, far over ours
+            raise ValueError(f"IMAGE[{i}] is too large: {e}") from None
+        except Exception:
+            side = 0  # a format Pillow does not read: OpenCV decides below
+        if side > MAX_SIDE:
+            raise ValueError(f"IMAGE[{i}] has a side of {side} pixels, over {MAX_SIDE}")
+        try:
+            mat = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+            if mat is None:
+                raise ValueError(f"IMAGE[{i}] is not a decodable image ({len(data)} bytes)")
+            if mat.dtype != np.uint8:  # 16-bit or float: NudeNet's 1/255 scaling is for 8-bit
+                raise ValueError(f"IMAGE[{i}] is {mat.dtype}; send an 8-bit image")
+            if max(mat.shape[:2]) > MAX_SIDE:
+                raise ValueError(f"IMAGE[{i}] has a side over {MAX_SIDE} pixels")
             blob, _, _, x_pad, y_pad, width, height = _read_image(mat, SIZE)
         except cv2.error as e:
-            raise ValueError(f"IMAGE[{i}] has an unsupported layout {mat.shape}: {e}") from e
+            raise ValueError(f"IMAGE[{i}] cannot be decoded or converted: {e}") from e
         blobs.append(blob[0])
         boxes.append((x_pad, y_pad, width, height))
     return {"images": np.stack(blobs), "LETTERBOX": np.array(boxes, np.int32)}

@@ -73,6 +73,15 @@ SAMPLES = f'function = "{PACKAGE}.samples:samples"'
 IMPORT_FIX = "the module must be importable from the checkout root"
 
 CASES = [
+    # --- found by a first-time user ---------------------------------------------------------
+    Case("samples-too-few", sub(SAMPLES, SAMPLES.replace(":samples", ":four_samples")),
+         "samples.function", ("returns [4] rows; give at least 8",), False),
+    Case("preprocess-crashes", sub(PRE, PRE.replace(":preprocess", ":preprocess_crashing")),
+         "preprocess.function",
+         ("failed on the samples at tests/unit/pipeline_fixtures/toy/steps.py:", "UFuncTypeError"),
+         False),
+    Case("postprocess-flat-output", sub(POST, POST.replace(":postprocess", ":postprocess_flat")),
+         "postprocess.function", ("return it as [batch, 1]: LABEL.reshape(-1, 1)",), False),
     # --- structure (load) ---------------------------------------------------------------
     Case("unknown-top-field", sub("max_batch_size = 8", "max_batch = 8"), "max_batch",
          ("unknown field (did you mean 'max_batch_size'?)", "known: name, summary"), True),
@@ -124,13 +133,15 @@ CASES = [
          (f"cannot import '{PACKAGE}.nowhere:preprocess'", "No module named", IMPORT_FIX), False),
     Case("preprocess-attribute-missing", sub(PRE, PRE.replace(":preprocess", ":nothing")),
          "preprocess.function",
-         (f"module '{PACKAGE}.steps' has no attribute 'nothing'", IMPORT_FIX), False),
+         (f"module '{PACKAGE}.steps' has no attribute 'nothing'", "its functions: postprocess,"),
+         False),
     Case("postprocess-attribute-missing", sub(POST, POST.replace(":postprocess", ":post")),
-         "postprocess.function", ("has no attribute 'post'", IMPORT_FIX), False),
+         "postprocess.function",
+         ("has no attribute 'post'", "its functions: postprocess, "), False),
     Case("samples-module-missing", sub(SAMPLES, SAMPLES.replace(".samples:", ".nosuch:")),
          "samples.function", ("No module named", IMPORT_FIX), False),
     Case("build-attribute-missing", sub(BUILD, BUILD.replace(":build", ":make")), "model.build",
-         ("has no attribute 'make'", IMPORT_FIX), False),
+         ("has no attribute 'make'", "its functions: build, build_batch_mixing"), False),
     # --- tensors in neither the graph nor the functions' outputs (check) -----------------
     Case("postprocess-misses-output", sub(POST, POST.replace(":postprocess",
                                                              ":postprocess_without_label")),
@@ -250,7 +261,8 @@ def test_name_clash_with_existing_model_is_refused_and_force_allows_it(ws: Works
     problem = find(
         problems_of(ws), ws.description, "model.model",
         "'toy_model' clashes with an existing model in model_repository/",
-        "pick another name (or --force to replace it)",
+        "set model.model = '<another name>', or pick another name (--force replaces that "
+        "model: its files are lost)",
     )  # fmt: skip
     assert sum("clashes" in p for p in problems_of(ws)) == 1  # the other three are free
 

@@ -50,3 +50,14 @@ def postprocess_without_label(inputs: dict[str, np.ndarray]) -> dict[str, np.nda
     out = postprocess(inputs)
     del out["LABEL"]
     return out
+
+
+def preprocess_crashing(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A preprocess with a bug: the generator names the file and line where it failed."""
+    return {"features": inputs["X"] * "2"}
+
+
+def postprocess_flat(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """As :func:`postprocess`, with ``LABEL`` flat ``[b]`` instead of ``[b, 1]``."""
+    out = postprocess(inputs)
+    return {**out, "LABEL": out["LABEL"].reshape(-1)}

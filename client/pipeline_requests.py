@@ -175,7 +175,8 @@ def _as_bytes(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
     if array.dtype.kind not in "USO":
         raise ValueError(
             f"input {spec.name} is BYTES (text or raw bytes), got a {array.dtype} array: pass "
-            'strings, e.g. [["hello"]]'
+            'str items, e.g. [["hello"]], or bytes items, e.g. [[open("photo.jpg", "rb").read()]] '
+            "(a file's encoded bytes, not its decoded pixels)"
         )
     out = np.empty(array.shape, dtype=object)
     flat_in, flat_out = array.reshape(-1), out.reshape(-1)

@@ -4,12 +4,15 @@
 Examples::
 
     tritonrepo-client infer text_embedding --input TEXT='[["A man is eating food."]]'
-    tritonrepo-client infer my_model --input IMAGE=@image.npy --input SCALE='[[0.5]]' \\
+    tritonrepo-client infer my_model --input FEATURES=@rows.npy --input SCALE='[[0.5]]' \\
         --output-dir out/      # out/<output>.npy per output
+    tritonrepo-client infer nudenet_detector --input IMAGE=@photo.jpg
 
-An input's VALUE is a JSON literal (nested lists; strings for BYTES inputs) or ``@FILE``: a
-``.npy`` file (no pickled objects: texts as a unicode array) or a ``.json`` file. Values are
-checked against the model's metadata before anything is sent
+An input's VALUE is a JSON literal (nested lists; strings for BYTES inputs, or
+``{"base64": "..."}`` for binary items: the form this command prints them in) or ``@FILE``: a
+``.npy`` file (no pickled objects: texts as a unicode array), a ``.json`` file, or any other
+file, whose bytes are one BYTES item (a batch of one, ``[[bytes]]``: an image, a document).
+Values are checked against the model's metadata before anything is sent
 (:mod:`tritonrepo_client.pipeline_requests`).
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import binascii
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,7 +31,10 @@ import numpy as np
 from tritonrepo_client.cli.control import tls_from_args
 from tritonrepo_client.pipeline import PipelineClient
 
-VALUE_HELP = "a JSON literal (e.g. TEXT='[[\"hello\"]]') or @file.npy / @file.json"
+VALUE_HELP = (
+    'a JSON literal (e.g. TEXT=\'[["hello"]]\'; binary items as {"base64": "..."}), '
+    "@file.npy, @file.json, or @FILE of any other kind: its bytes as one BYTES item"
+)
 
 
 def input_argument(text: str) -> tuple[str, str]:
@@ -47,16 +54,17 @@ def input_argument(text: str) -> tuple[str, str]:
 
 def load_value(name: str, value: str) -> Any:
     """The array-like of ``--input NAME=VALUE``: a JSON literal, or ``@FILE`` read as ``.npy``
-    (``numpy.load`` without pickles) or ``.json``.
+    (``numpy.load`` without pickles), ``.json``, or else as raw bytes (``[[bytes]]``). In JSON,
+    an item ``{"base64": "..."}`` is those bytes.
 
     Raises:
-        ValueError: not JSON, a file of another suffix, or a ``.npy`` of Python objects
-            (pickled; numpy refuses to load those without trusting the file).
+        ValueError: not JSON, a ``base64`` item that is not base64, or a ``.npy`` of Python
+            objects (pickled; numpy refuses to load those without trusting the file).
         OSError: the file cannot be read.
     """
     if not value.startswith("@"):
         try:
-            return json.loads(value)
+            return _binary_items(name, json.loads(value))
         except json.JSONDecodeError as exc:
             raise ValueError(
                 f"--input {name}: the value is not JSON ({exc.msg} at character {exc.pos}): "
@@ -77,15 +85,29 @@ def load_value(name: str, value: str) -> Any:
     if suffix == ".json":
         text = path.read_text(encoding="utf-8")
         try:
-            return json.loads(text)
+            return _binary_items(name, json.loads(text))
         except json.JSONDecodeError as exc:
             raise ValueError(
                 f"--input {name}: {path} is not JSON ({exc.msg}, line {exc.lineno} column "
                 f"{exc.colno})"
             ) from None
-    raise ValueError(
-        f"--input {name}: {path} must be a .npy or .json file (got suffix {suffix or 'none'!r})"
-    )
+    return [[path.read_bytes()]]  # one BYTES item: an image, a document
+
+
+def _binary_items(name: str, value: Any) -> Any:
+    """``value`` with every ``{"base64": "..."}`` item (at any depth) decoded to bytes.
+
+    Raises:
+        ValueError: a ``base64`` item whose text is not base64.
+    """
+    if isinstance(value, list):
+        return [_binary_items(name, v) for v in value]
+    if isinstance(value, dict) and set(value) == {"base64"} and isinstance(value["base64"], str):
+        try:
+            return base64.b64decode(value["base64"], validate=True)
+        except (ValueError, binascii.Error) as exc:
+            raise ValueError(f"--input {name}: a base64 item is not base64: {exc}") from None
+    return value
 
 
 def load_inputs(pairs: list[tuple[str, str]]) -> dict[str, Any]:

@@ -143,7 +143,7 @@ def test_a_missing_input_is_named_and_an_optional_one_may_be_left_out(encoder):
 
 
 def test_numbers_are_not_text_and_text_is_not_numbers(embedding, encoder):
-    with pytest.raises(ValueError, match=r"input TEXT is BYTES .* got a int64 array: pass strings"):
+    with pytest.raises(ValueError, match=r"input TEXT is BYTES .* got a int64 array: pass str items"):
         prepare_inputs(embedding, {"TEXT": np.array([[1]])})
     with pytest.raises(ValueError, match=r"item 1 .* is int 2, not str or bytes"):
         prepare_inputs(embedding, {"TEXT": [["one"], [2]]})  # not silently "2"
@@ -262,8 +262,16 @@ def test_values_are_json_literals_or_files(tmp_path):
     np.save(tmp_path / "objects.npy", np.array([["a"]], dtype=object), allow_pickle=True)
     with pytest.raises(ValueError, match=r"holds Python objects .* np.array\(texts, dtype=str\)"):
         load_value("T", f"@{tmp_path / 'objects.npy'}")
-    with pytest.raises(ValueError, match=r"must be a .npy or .json file \(got suffix '.txt'\)"):
-        load_value("T", f"@{tmp_path / 'x.txt'}")
+    # Any other file is one BYTES item: its raw bytes (an image), a batch of one.
+    (tmp_path / "photo.jpg").write_bytes(b"\xff\xd8\xff\x00 not text")
+    assert load_value("IMAGE", f"@{tmp_path / 'photo.jpg'}") == [[b"\xff\xd8\xff\x00 not text"]]
+    # ...and so is {"base64": ...} in JSON, the form binary outputs are printed in.
+    assert load_value("IMAGE", '[[{"base64": "//4="}, "text"]]') == [[b"\xff\xfe", "text"]]
+    (tmp_path / "b.json").write_text('[[{"base64": "//4="}]]')
+    assert load_value("IMAGE", f"@{tmp_path / 'b.json'}") == [[b"\xff\xfe"]]
+    with pytest.raises(ValueError, match=r"--input IMAGE: a base64 item is not base64"):
+        load_value("IMAGE", '[[{"base64": "not base64!"}]]')
+    assert load_value("X", '[[{"other": 1}]]') == [[{"other": 1}]]  # refused later, by dtype
     with pytest.raises(OSError):
         load_value("T", f"@{tmp_path / 'missing.npy'}")
     with pytest.raises(ValueError, match=r"--input A is given twice"):

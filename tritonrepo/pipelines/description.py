@@ -219,7 +219,9 @@ def _tensor(r: _Reader, raw: Any, where: str) -> Tensor | None:
     dims = r.get(raw, "dims", where, list, None)
     if not name:
         r.problem(f"{where}.name", "is missing; give the tensor's name")
-    if dtype not in DTYPES:
+    if not dtype and "dtype" not in raw:
+        r.problem(f"{where}.dtype", f"is missing; give one of {', '.join(DTYPES)}")
+    elif dtype not in DTYPES:
         r.problem(
             f"{where}.dtype", f"{dtype!r} is not a Triton data type; one of {', '.join(DTYPES)}"
         )

@@ -143,7 +143,7 @@ def test_a_missing_input_is_named_and_an_optional_one_may_be_left_out(encoder):
 
 
 def test_numbers_are_not_text_and_text_is_not_numbers(embedding, encoder):
-    with pytest.raises(ValueError, match=r"input TEXT is BYTES .* got a int64 array: pass str items"):
+    with pytest.raises(ValueError, match=r"input TEXT is BYTES .* got a int64 array: pass str"):
         prepare_inputs(embedding, {"TEXT": np.array([[1]])})
     with pytest.raises(ValueError, match=r"item 1 .* is int 2, not str or bytes"):
         prepare_inputs(embedding, {"TEXT": [["one"], [2]]})  # not silently "2"

@@ -110,10 +110,11 @@ $(TEXT_EMBEDDING_ARTIFACTS) &: $(STAMP) builders/onnx_export/text_embedding.py t
 	$(PY) -m builders.onnx_export.text_embedding
 
 $(CTR_ARTIFACTS) &: $(STAMP) builders/onnx_export/ctr.py builders/onnx_export/ctr_network.py tritonrepo/ctr/spec.py \
+		builders/onnx_export/quantization.py \
 		reference_data/click_log.py tritonrepo/ctr/features.py
 	$(PY) -m builders.onnx_export.ctr
 
-$(IMAGE_ARTIFACTS) &: $(STAMP) builders/onnx_export/image.py tritonrepo/image/spec.py \
+$(IMAGE_ARTIFACTS) &: $(STAMP) builders/onnx_export/image.py builders/onnx_export/quantization.py tritonrepo/image/spec.py \
 		tritonrepo/image/preprocess.py reference_data/image_reference.py reference_data/photos.py \
 		tritonrepo/image/labels.py tritonrepo/image/normalise.py builders/tensorrt/image_plan_data.py
 	$(PY) -m builders.onnx_export.image

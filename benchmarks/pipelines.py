@@ -47,7 +47,7 @@ import tempfile
 import threading
 import time
 import tokenize
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,7 @@ import numpy as np
 
 from benchmarks import loadgen, machine
 from benchmarks.loadgen import Measurement
+from builders.pipeline.in_process import InProcess
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo.pipelines.description import Pipeline, import_ref, load
 
@@ -252,43 +253,29 @@ class ForeignLoad:
 # --- 3. served vs in-process -------------------------------------------------------------------
 
 
-class InProcess:
-    """The pipeline in this process with one ONNX Runtime session shared by every caller
-    (``tests.pipeline_suite.in_process`` opens a session per call)."""
+class TimedInProcess(InProcess):
+    """The pipeline in this process with one ONNX Runtime session shared by every caller, set
+    as the served core's (``tests.pipeline_suite.in_process`` opens a session per call), and
+    the time spent in each stage when :attr:`timing` is on."""
 
     def __init__(self, pipeline: Pipeline, model_file: Path) -> None:
         import onnxruntime as ort
 
-        self.pipeline = pipeline
         options = ort.SessionOptions()  # as configs/cpu.pbtxt: 0 threads = one per core
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(
-            str(model_file), options, providers=["CPUExecutionProvider"]
-        )
-        self.pre = import_ref(pipeline.preprocess.function)
-        self.post = import_ref(pipeline.postprocess.function)
-        self.names = [o.name for o in self.session.get_outputs()]
-        self.flat = {i.name for i in self.session.get_inputs() if len(i.shape) == 1}
+        super().__init__(pipeline, model_file, options)
         self.stage_s = {"preprocess": 0.0, "onnxruntime": 0.0, "postprocess": 0.0}
         self.timing = False
 
-    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Batch-first request tensors → the pipeline's outputs (numpy, batch-first)."""
         t0 = time.perf_counter()
         pre = self.pre(dict(inputs))
-        feeds = {}
-        for i in self.session.get_inputs():
-            value = np.asarray(pre[i.name])
-            feeds[i.name] = value.reshape(-1) if i.name in self.flat else value
+        feeds = self.core_feeds(pre)
         t1 = time.perf_counter()
-        results = self.session.run(self.names, feeds)
+        results = self.run_core(feeds)
         t2 = time.perf_counter()
-        post_in = {
-            n: (r.reshape(-1, 1) if r.ndim == 1 else r)
-            for n, r in zip(self.names, results, strict=True)
-        }
-        post_in.update({t.name: pre[t.name] for t in self.pipeline.preprocess.outputs})
-        out = self.post(post_in)
+        out = self.post(self.post_inputs(pre, results))
         if self.timing:
             self.stage_s["preprocess"] += t1 - t0
             self.stage_s["onnxruntime"] += t2 - t1
@@ -320,13 +307,13 @@ def client_caller(name: str, url: str) -> loadgen.CallerFactory:
     return make
 
 
-def local_caller(pipeline: InProcess) -> loadgen.CallerFactory:
+def local_caller(pipeline: TimedInProcess) -> loadgen.CallerFactory:
     """Workers calling the shared in-process pipeline."""
     return lambda: ((lambda request: (pipeline(request), None)[1]), lambda: None)
 
 
 def timed_batches(
-    pipeline: InProcess, batches: Sequence[dict[str, np.ndarray]], seconds: float
+    pipeline: TimedInProcess, batches: Sequence[dict[str, np.ndarray]], seconds: float
 ) -> Measurement:
     """One thread calling ``pipeline`` on ``batches`` in turn, after one warm-up call, until
     ``seconds`` have passed and at least 3 calls were made (a window alone would count no call
@@ -420,7 +407,7 @@ def measure_pipeline(name: str, seconds: float, out: Path, say: Callable[[str], 
     model_file = model_file / "model.onnx"
     if not model_file.is_file():
         raise SystemExit(f"{model_file} is missing: run `make artifacts`")
-    local = InProcess(pipeline, model_file)
+    local = TimedInProcess(pipeline, model_file)
     want = local(samples)
     check_outputs(want, suite_in_process(pipeline, samples), f"{name}: shared session vs suite")
     result = Result(name, pipeline.summary, len(requests), user_lines(pipeline), {})

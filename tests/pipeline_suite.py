@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from builders.pipeline.in_process import InProcess
 from tests.conftest import server_options
 from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
 from tritonrepo.pipelines.description import Pipeline, import_ref, load
@@ -34,23 +35,9 @@ CONCURRENCY = 8  # threads sending single-row requests at once
 def in_process(pipeline: Pipeline, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The pipeline in this process: the description's functions and the built core model
     (ONNX Runtime, CPU), on batch-first ``inputs``."""
-    import onnxruntime as ort
-
     core = pipeline.core
     path = MODEL_REPOSITORY / core.model / str(core.versions[0]) / "model.onnx"
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    pre = import_ref(pipeline.preprocess.function)(dict(inputs))
-    feeds = {}
-    for i in session.get_inputs():
-        value = np.asarray(pre[i.name])
-        feeds[i.name] = value.reshape(-1) if len(i.shape) == 1 else value
-    names = [o.name for o in session.get_outputs()]
-    results = session.run(names, feeds)
-    post_in = {
-        n: (r.reshape(-1, 1) if r.ndim == 1 else r) for n, r in zip(names, results, strict=False)
-    }
-    post_in.update({t.name: pre[t.name] for t in pipeline.preprocess.outputs})
-    return import_ref(pipeline.postprocess.function)(post_in)
+    return InProcess(pipeline, path)(inputs)
 
 
 def assert_same(got: dict[str, np.ndarray], want: dict[str, Any], where: str) -> None:

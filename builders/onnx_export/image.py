@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from builders.metadata import BUILD_METADATA_FILE, write_metadata
+from builders.onnx_export.quantization import quantize_qdq
 from builders.tensorrt import image_plan_data
 from reference_data import photos
 from tritonrepo.image import spec
@@ -98,42 +99,12 @@ def torch_logits(model, pixels: np.ndarray) -> np.ndarray:
 
 
 def quantize_int8(fp32_path: Path, out_path: Path, calibration: np.ndarray) -> None:
-    """Static INT8 QDQ quantization of ``fp32_path`` (module docstring), calibrated on the FP32
-    ``[n, 3, 224, 224]`` ``calibration`` pixels (real photographs, preprocessed)."""
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.batches = iter(np.array_split(calibration, max(1, len(calibration) // 16)))
-
-        def get_next(self):
-            batch = next(self.batches, None)
-            return None if batch is None else {spec.CORE_INPUT: batch}
-
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    prepared = out_path.with_suffix(".prep.onnx")
-    quant_pre_process(str(fp32_path), str(prepared), skip_symbolic_shape=True)
-    try:
-        quantize_static(
-            str(prepared),
-            str(out_path),
-            Reader(),
-            quant_format=QuantFormat.QDQ,
-            per_channel=True,
-            activation_type=QuantType.QInt8,
-            weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax,
-            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
-        )
-    finally:
-        prepared.unlink(missing_ok=True)
+    """Static INT8 QDQ quantization of ``fp32_path`` (module docstring,
+    :func:`builders.onnx_export.quantization.quantize_qdq`), calibrated on the FP32
+    ``[n, 3, 224, 224]`` ``calibration`` pixels (real photographs, preprocessed), about 16 per
+    batch."""
+    batches = np.array_split(calibration, max(1, len(calibration) // 16))
+    quantize_qdq(fp32_path, out_path, ({spec.CORE_INPUT: b} for b in batches))
 
 
 def _top5(logits: np.ndarray, labels: list[str]) -> list[list]:

@@ -37,7 +37,9 @@ from typing import Any
 import numpy as np
 
 from builders.metadata import BUILD_METADATA_FILE, write_metadata
-from builders.pipeline.graph import ModelSourceError, graph_io, obtain_model
+from builders.onnx_export.quantization import quantize_qdq
+from builders.pipeline.graph import ModelSourceError, obtain_model
+from builders.pipeline.in_process import InProcess
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo.pipelines.description import DescriptionError, Pipeline, discover, import_ref, load
 
@@ -60,18 +62,23 @@ def source_digest(pipeline: Pipeline) -> str:
     return digest.hexdigest()
 
 
-def core_feeds(pipeline: Pipeline, model: Any) -> dict[str, np.ndarray]:
-    """The core model's inputs for the samples: ``preprocess(samples())`` restricted to the
-    graph's inputs (a batch-only graph input is flattened to ``[n]``)."""
-    samples = import_ref(pipeline.samples)() if pipeline.samples else None
-    if samples is None:
+def samples_of(pipeline: Pipeline) -> dict[str, np.ndarray]:
+    """The description's sample request tensors.
+
+    Raises:
+        ModelSourceError: the description has no ``[samples]``.
+    """
+    if not pipeline.samples:
         raise ModelSourceError("samples: a pipeline with a built core needs [samples]")
-    pre = import_ref(pipeline.preprocess.function)(dict(samples))
-    feeds = {}
-    for tensor in graph_io(model).inputs:
-        value = np.asarray(pre[tensor.name])
-        feeds[tensor.name] = value.reshape(-1) if len(tensor.shape) == 1 else value
-    return feeds
+    return import_ref(pipeline.samples)()
+
+
+def core_feeds(pipeline: Pipeline, model: Path | bytes) -> dict[str, np.ndarray]:
+    """The core model's inputs for the samples: ``preprocess(samples())`` restricted to the
+    graph's inputs (a batch-only graph input is flattened to ``[n]``); ``model`` is the
+    ``.onnx`` file or the serialized graph."""
+    runner = InProcess(pipeline, model)
+    return runner.core_feeds(runner.pre(dict(samples_of(pipeline))))
 
 
 def parity(model_path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, float]:
@@ -103,33 +110,13 @@ def parity(model_path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, float
     return figures
 
 
-def pipeline_outputs(pipeline: Pipeline, model_path: Path, feeds: Mapping[str, np.ndarray]):
-    """The response tensors for the samples with ``model_path`` as the core: its outputs (a
-    batch-only output reshaped to ``[n, 1]``) and the extra preprocess outputs through the
-    postprocess function."""
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    results = session.run(names, dict(feeds))
-    post_in = {
-        n: (r.reshape(-1, 1) if r.ndim == 1 else r) for n, r in zip(names, results, strict=True)
-    }
-    if pipeline.preprocess.outputs:
-        samples = import_ref(pipeline.samples)()
-        pre = import_ref(pipeline.preprocess.function)(dict(samples))
-        post_in.update({t.name: pre[t.name] for t in pipeline.preprocess.outputs})
-    return import_ref(pipeline.postprocess.function)(post_in)
-
-
-def rows_agreeing(
-    pipeline: Pipeline, fp32: Path, int8: Path, feeds: Mapping[str, np.ndarray]
-) -> str:
+def rows_agreeing(pipeline: Pipeline, fp32: Path, int8: Path) -> str:
     """``"k/n"``: sample rows whose whole response is the same with the INT8 core as with FP32
     (BYTES and integers equal, floats within 1e-2 relative + 1e-3 absolute): what a caller
     would see change, which the raw tensor deviation does not say (a detector's boxes and
     class scores in one output quantize with one scale)."""
-    a, b = (pipeline_outputs(pipeline, path, feeds) for path in (fp32, int8))
+    samples = samples_of(pipeline)
+    a, b = (InProcess(pipeline, path)(samples) for path in (fp32, int8))
     rows = len(next(iter(a.values())))
     same = 0
     for i in range(rows):
@@ -149,36 +136,10 @@ def quantize_int8(fp32: Path, out: Path, feeds: Mapping[str, np.ndarray]) -> flo
     preprocessed samples, 8 rows per calibration batch); returns the largest deviation from
     FP32 over the samples' float outputs."""
     import onnxruntime as ort
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     rows = len(next(iter(feeds.values())))
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.batches = iter(range(0, rows, 8))
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            start = next(self.batches, None)
-            return None if start is None else {k: v[start : start + 8] for k, v in feeds.items()}
-
-    prepared = out.with_suffix(".prep.onnx")
-    quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
-    try:
-        quantize_static(
-            str(prepared), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax,
-            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
-        )  # fmt: skip
-    finally:
-        prepared.unlink(missing_ok=True)
+    batches = ({k: v[start : start + 8] for k, v in feeds.items()} for start in range(0, rows, 8))
+    quantize_qdq(fp32, out, batches)
     deviations = []
     sessions = [
         ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (fp32, out)
@@ -212,7 +173,7 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
     folder.mkdir(parents=True, exist_ok=True)
     staged = folder / "model.onnx.tmp"
     staged.write_bytes(model.SerializeToString())
-    feeds = core_feeds(pipeline, model)
+    feeds = core_feeds(pipeline, model.SerializeToString())
     try:
         figures = parity(staged, feeds)
     except BaseException:
@@ -238,7 +199,7 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
         int8_folder = repository / core.model / str(INT8_VERSION)
         int8_folder.mkdir(parents=True, exist_ok=True)
         deviation = quantize_int8(folder / "model.onnx", int8_folder / "model.onnx", feeds)
-        agreeing = rows_agreeing(pipeline, folder / "model.onnx", int8_folder / "model.onnx", feeds)
+        agreeing = rows_agreeing(pipeline, folder / "model.onnx", int8_folder / "model.onnx")
         int8_fields = {**fields, "quantization": "ONNX Runtime static QDQ INT8, MinMax",
                        "max_abs_vs_fp32": deviation,
                        "rows_agreeing_end_to_end": agreeing}  # fmt: skip

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from builders.pipeline.graph import GraphIO, ModelSourceError, graph_io, obtain_model
+from builders.pipeline.in_process import InProcess
 from builders.pipeline.render import CoreTensor
 from tritonrepo.paths import REPO_ROOT
 from tritonrepo.pipelines.description import (
@@ -345,17 +346,8 @@ def _run_samples(pipeline, make_samples, pre, post, model, core_inputs, core_out
         )
     if problems or model is None:
         return probe
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    feeds = {c.name: np.asarray(pre_out[c.name]).reshape(-1) if c.reshape else pre_out[c.name]
-             for c in core_inputs}  # fmt: skip
-    results = session.run([c.name for c in core_outputs], feeds)
-    post_in = {
-        c.name: r.reshape(-1, 1) if c.reshape else r
-        for c, r in zip(core_outputs, results, strict=False)
-    }
-    post_in.update({t.name: pre_out[t.name] for t in pipeline.preprocess.outputs})
+    runner = InProcess(pipeline, model.SerializeToString())
+    post_in = runner.post_inputs(pre_out, runner.run_core(runner.core_feeds(pre_out)))
     try:
         post_out = post(post_in)
     except Exception as exc:

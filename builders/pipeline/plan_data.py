@@ -12,6 +12,7 @@ optimization profile, INT8 calibration feeds and accuracy gate, all from the des
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -58,18 +59,21 @@ def profile(pipeline: Pipeline, cfg: ModelConfig) -> Profile:
     return out
 
 
-def sample_feeds(pipeline: Pipeline) -> dict[str, np.ndarray]:
-    """The core model's inputs for the samples (``builders.pipeline.build.core_feeds``)."""
+def sample_feeds(pipeline: Pipeline, onnx_path: Path) -> dict[str, np.ndarray]:
+    """The inputs of the built graph ``onnx_path`` for the samples
+    (``builders.pipeline.build.core_feeds``): the plan builder reads the model that
+    ``make artifacts`` wrote, not its source (which may need packages its image lacks)."""
     from builders.pipeline.build import core_feeds
-    from builders.pipeline.graph import obtain_model
 
-    return core_feeds(pipeline, obtain_model(pipeline))
+    return core_feeds(pipeline, onnx_path)
 
 
-def calibration_feeds(pipeline: Pipeline, plan_profile: Profile) -> list[dict[str, np.ndarray]]:
-    """INT8 calibration batches at the OPT batch size: the preprocessed samples, repeated
-    until each batch is full (at least one batch)."""
-    feeds = sample_feeds(pipeline)
+def calibration_feeds(
+    pipeline: Pipeline, plan_profile: Profile, onnx_path: Path
+) -> list[dict[str, np.ndarray]]:
+    """INT8 calibration batches at the OPT batch size: the preprocessed samples (the inputs of
+    ``onnx_path``), repeated until each batch is full (at least one batch)."""
+    feeds = sample_feeds(pipeline, onnx_path)
     opt = next(iter(plan_profile.values()))[1][0]
     rows = len(next(iter(feeds.values())))
     batches = max(1, rows // opt)
@@ -79,9 +83,12 @@ def calibration_feeds(pipeline: Pipeline, plan_profile: Profile) -> list[dict[st
     ]
 
 
-def run_gate(pipeline: Pipeline, reference: Any, candidate: Any, precision: str) -> dict:
+def run_gate(
+    pipeline: Pipeline, reference: Any, candidate: Any, precision: str, onnx_path: Path
+) -> dict:
     """The engine (``candidate``, a Polygraphy runner) vs ONNX Runtime FP32 (``reference``)
-    on the preprocessed samples, judged against :data:`RELATIVE_TOLERANCE`.
+    on the preprocessed samples (the inputs of ``onnx_path``), judged against
+    :data:`RELATIVE_TOLERANCE`.
 
     Raises:
         builders.gates.accuracy_gate.GateFailed: a float output deviates more.
@@ -89,7 +96,7 @@ def run_gate(pipeline: Pipeline, reference: Any, candidate: Any, precision: str)
     from builders.gates.accuracy_gate import GateFailed, paired_outputs
 
     limit = RELATIVE_TOLERANCE[precision]
-    feeds = sample_feeds(pipeline)
+    feeds = sample_feeds(pipeline, onnx_path)
     figures: dict[str, float] = {}
     for a, b in paired_outputs(reference, candidate, [feeds]):
         for name, ref in a.items():

@@ -182,7 +182,7 @@ def build_plan(
 
     calibration = None
     if precision == "int8" and described is not None:
-        calibration = pipeline_plans.calibration_feeds(described, profile)
+        calibration = pipeline_plans.calibration_feeds(described, profile, onnx_path)
     elif precision == "int8":
         if (
             model in image_plan_data.PLAN_MODELS
@@ -213,7 +213,9 @@ def build_plan(
         reference = accuracy_gate.onnxrt_runner(reference_path, "onnxruntime-fp32")
         candidate = backend.runner(engine, f"tensorrt-{precision}")
         if described is not None:
-            accuracy = pipeline_plans.run_gate(described, reference, candidate, precision)
+            accuracy = pipeline_plans.run_gate(
+                described, reference, candidate, precision, reference_path
+            )
         elif model in image_plan_data.PLAN_MODELS:
             accuracy = image_plan_data.run_gate(model, reference, candidate, precision)
         else:

@@ -1,0 +1,68 @@
+"""A described pipeline in one process: its preprocess function, one ONNX Runtime session (CPU)
+on the core model, its postprocess function, handing tensors over as the served ensemble does.
+
+A graph tensor with the batch dim only is ``[n]`` for the model and ``[n, 1]`` for the steps
+(the configs declare it ``dims: [ 1 ]`` with ``reshape: { shape: [ ] }``). The generator's
+checks, the builder's INT8 agreement, the generated tests and ``make bench-pipelines`` all run
+the pipeline through :class:`InProcess`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tritonrepo.pipelines.description import Pipeline, import_ref
+
+Tensors = dict[str, np.ndarray]
+
+
+class InProcess:
+    """``pipeline`` around ``model`` (an ``.onnx`` path or the serialized graph).
+
+    Args:
+        pipeline: the description (:func:`tritonrepo.pipelines.description.load`).
+        model: the core model.
+        options: ``onnxruntime.SessionOptions`` (default: ONNX Runtime's).
+    """
+
+    def __init__(self, pipeline: Pipeline, model: Path | bytes, options: Any = None) -> None:
+        import onnxruntime as ort
+
+        self.pipeline = pipeline
+        source = model if isinstance(model, bytes) else str(model)
+        self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        self.names = [o.name for o in self.session.get_outputs()]
+        self.flat = {i.name for i in self.session.get_inputs() if len(i.shape) == 1}
+        self.pre = import_ref(pipeline.preprocess.function)
+        self.post = import_ref(pipeline.postprocess.function)
+
+    def core_feeds(self, pre_out: Mapping[str, Any]) -> Tensors:
+        """The graph's inputs out of preprocess's result (a batch-only input flattened)."""
+        feeds = {}
+        for tensor in self.session.get_inputs():
+            value = np.asarray(pre_out[tensor.name])
+            feeds[tensor.name] = value.reshape(-1) if tensor.name in self.flat else value
+        return feeds
+
+    def run_core(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The graph's outputs, in :attr:`names` order."""
+        return self.session.run(self.names, dict(feeds))
+
+    def post_inputs(self, pre_out: Mapping[str, Any], results: Sequence[np.ndarray]) -> Tensors:
+        """Postprocess's inputs: the graph's outputs (a batch-only one as ``[n, 1]``) and the
+        extra preprocess outputs."""
+        post_in = {
+            n: (r.reshape(-1, 1) if r.ndim == 1 else r)
+            for n, r in zip(self.names, results, strict=True)
+        }
+        post_in.update({t.name: pre_out[t.name] for t in self.pipeline.preprocess.outputs})
+        return post_in
+
+    def __call__(self, inputs: Mapping[str, np.ndarray]) -> Tensors:
+        """Batch-first request tensors → the pipeline's response tensors."""
+        pre_out = self.pre(dict(inputs))
+        return self.post(self.post_inputs(pre_out, self.run_core(self.core_feeds(pre_out))))

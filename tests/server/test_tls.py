@@ -89,12 +89,14 @@ def pki(tmp_path_factory) -> dict[str, Path]:
     }
 
 
-@pytest.fixture(scope="module")
-def tls_server(pki) -> Iterator[TritonServer]:
-    """text_embedding with mutual TLS on gRPC (HTTP stays plain, on loopback)."""
+@pytest.fixture(scope="module", params=[False, True], ids=["triton-tls", "grpc-guard-tls"])
+def tls_server(pki, request) -> Iterator[TritonServer]:
+    """text_embedding with mutual TLS on gRPC (HTTP stays plain, on loopback): ended by Triton
+    itself, or by the gRPC guard (nginx) in front of it, as ``tritonrepo-serve`` runs it."""
     require_artifacts()
     tls = GrpcServerTls(pki["server_cert"], pki["server_key"], client_ca=pki["ca"])
-    with TritonServer(server_options("tls", models=(spec.ENSEMBLE,), grpc_tls=tls)) as server:
+    options = server_options("tls", models=(spec.ENSEMBLE,), grpc_tls=tls, grpc_guard=request.param)
+    with TritonServer(options) as server:
         yield server
 
 

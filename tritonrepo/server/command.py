@@ -40,7 +40,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def tritonserver_command(
-    o: ServerOptions, backend_directory: Path, shm_prefix: str, http_port: int
+    o: ServerOptions,
+    backend_directory: Path,
+    shm_prefix: str,
+    http_port: int,
+    grpc_port: int | None = None,
 ) -> list[str]:
     """The full ``tritonserver`` command line for ``o``.
 
@@ -49,7 +53,12 @@ def tritonserver_command(
         shm_prefix: the Python backend's shared-memory region prefix of this server.
         http_port: the port of tritonserver's own HTTP endpoint (a private one on 127.0.0.1
             behind the HTTP guard, else ``o.http_port``).
+        grpc_port: the port of tritonserver's own gRPC endpoint: a private one on 127.0.0.1
+            behind the gRPC guard (which then also ends TLS), else ``o.grpc_port`` on
+            ``o.grpc_host``.
     """
+    grpc_guarded = o.grpc_guard
+    grpc_port = o.grpc_port if grpc_port is None else grpc_port
     cmd = [
         str(tritonserver_binary()),
         f"--model-repository={Path(o.model_repository).resolve()}",
@@ -57,8 +66,8 @@ def tritonserver_command(
         "--model-control-mode=explicit",
         f"--http-address={'127.0.0.1' if o.http_guard else o.host}",
         f"--http-port={http_port}",
-        f"--grpc-address={o.host}",
-        f"--grpc-port={o.grpc_port}",
+        f"--grpc-address={'127.0.0.1' if grpc_guarded else o.grpc_host}",
+        f"--grpc-port={grpc_port}",
         "--allow-metrics=true",
         f"--metrics-address={o.host}",
         f"--metrics-port={o.metrics_port}",
@@ -80,7 +89,7 @@ def tritonserver_command(
             f"--http-restricted-api={restriction}",
             f"--grpc-restricted-protocol={restriction}",
         ]
-    if o.grpc_tls:
+    if o.grpc_tls and not grpc_guarded:
         cmd += [
             "--grpc-use-ssl=true",
             f"--grpc-server-cert={Path(o.grpc_tls.cert).resolve()}",
@@ -127,11 +136,12 @@ def preflight(o: ServerOptions) -> None:
             else ""
         )
         raise LaunchError(f"preflight: model '{errors[0].model}': {errors[0].message}{more}")
-    ports = [("HTTP", o.http_port), ("gRPC", o.grpc_port), ("metrics", o.metrics_port)]
+    ports = [("HTTP", o.host, o.http_port), ("gRPC", o.grpc_host, o.grpc_port)]
+    ports.append(("metrics", o.host, o.metrics_port))
     if o.heal_interval_s and o.heal_metrics_port is not None:
-        ports.append(("self-healing metrics", o.heal_metrics_port))
-    for what, port in ports:
-        check_port_free(o.host, port, what)
+        ports.append(("self-healing metrics", o.host, o.heal_metrics_port))
+    for what, host, port in ports:
+        check_port_free(host, port, what)
 
 
 __all__ = ["check_port_free", "free_port", "preflight", "tritonserver_command"]

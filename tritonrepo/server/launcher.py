@@ -25,7 +25,8 @@ benchmarks all go through :class:`TritonServer`. It
   each restore on stderr,
 * optionally restarts a server that died (``ServerOptions.restart_on_crash``:
   :mod:`tritonrepo.server.restart`), and puts HTTP behind the HTTP guard
-  (``ServerOptions.http_guard``: :mod:`tritonrepo.server.http_guard`),
+  (``ServerOptions.http_guard``: :mod:`tritonrepo.server.http_guard`) and gRPC behind the gRPC
+  guard (``ServerOptions.grpc_guard``: :mod:`tritonrepo.server.grpc_guard`, a size bound),
 * stops it within a stated bound: SIGTERM, Triton's own ``--exit-timeout-secs``
   (``exit_timeout_s``), then SIGKILL after ``ServerOptions.stop_bound_s`` seconds.
 """
@@ -99,6 +100,9 @@ class TritonServer:
         the HTTP endpoint (``http_guard``), else None. triton_http_port: the port tritonserver's own
         HTTP endpoint binds to: a private free
             port on 127.0.0.1 behind the guard, else ``options.http_port``.
+        grpc_guard: the gRPC guard in front of the gRPC endpoint (``grpc_guard``), else None.
+        triton_grpc_port: the port of tritonserver's own gRPC endpoint (a private free port on
+            127.0.0.1 behind the gRPC guard, else ``options.grpc_port``).
     """
 
     def __init__(self, options: ServerOptions | None = None) -> None:
@@ -112,6 +116,8 @@ class TritonServer:
         self.failure: str | None = None
         self.guard = None
         self.triton_http_port = self.options.http_port
+        self.grpc_guard = None
+        self.triton_grpc_port = self.options.grpc_port
         self._backends: Path | None = None
         self._watcher: CrashWatcher | None = None
         self._lock = threading.Lock()
@@ -132,7 +138,11 @@ class TritonServer:
         """The full ``tritonserver`` command line (the same for every restart:
         :func:`tritonrepo.server.command.tritonserver_command`)."""
         return tritonserver_command(
-            self.options, backend_directory, self.shm_prefix, self.triton_http_port
+            self.options,
+            backend_directory,
+            self.shm_prefix,
+            self.triton_http_port,
+            self.triton_grpc_port,
         )
 
     def environment(self) -> dict[str, str]:
@@ -163,6 +173,11 @@ class TritonServer:
         try:
             if self.options.http_guard:
                 self._start_guard()
+            if self.options.grpc_guard:
+                from tritonrepo.server.grpc_guard import start_for
+
+                self.grpc_guard = start_for(self.options)
+                self.triton_grpc_port = self.grpc_guard.upstream_port
             self._spawn()
             self._wait_ready()
         except BaseException:
@@ -267,13 +282,14 @@ class TritonServer:
         None while it serves or a restart is under way."""
         if self.failure:
             return self.failure
-        guard = self.guard.process if self.guard is not None else None
-        if guard is not None and guard.poll() is not None:
-            # HTTP answers nothing without the guard; no one restarts it, so say so and stop.
-            return (
-                f"the HTTP guard (nginx) exited with code {guard.returncode}; "
-                f"see {self.guard.error_log}"
-            )
+        for name, g in (("HTTP", self.guard), ("gRPC", self.grpc_guard)):
+            guard = g.process if g is not None else None
+            if guard is not None and guard.poll() is not None:
+                # The protocol answers nothing without its guard; no one restarts it: stop.
+                return (
+                    f"the {name} guard (nginx) exited with code {guard.returncode}; "
+                    f"see {g.error_log}"
+                )
         process = self.process
         if self.options.restart_on_crash or process is None or process.poll() is None:
             return None
@@ -319,6 +335,9 @@ class TritonServer:
         if self.guard is not None:
             self.guard.stop()
             self.guard = None
+        if self.grpc_guard is not None:
+            self.grpc_guard.stop()
+            self.grpc_guard = None
         code = None
         if process is not None:
             try:

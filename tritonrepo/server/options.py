@@ -3,6 +3,7 @@ the config sets that need a CUDA memory pool."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,20 @@ GPU_CONFIG_SETS = {"torch_gpu": 1 << 30}
 # Seconds past Triton's exit timeout before the launcher kills it: after the timeout 2.51 still
 # stops gRPC and metrics and exits (measured: under 2 s on two cores; the margin is generous).
 STOP_MARGIN_S = 10.0
+# Most bytes one gRPC call may send through the gRPC guard: the HTTP guard's body limit (Triton's
+# own --http-max-input-size default in later releases), so both protocols take the same requests.
+GRPC_MAX_REQUEST_BYTES = 64 << 20
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) only accepts connections from this
+    machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
 
 
 @dataclass(frozen=True)
@@ -42,7 +57,10 @@ class ServerOptions:
     """How to run the server.
 
     Ports are TCP ports; ``startup_timeout_s`` and ``stop_timeout_s`` are seconds.
-    ``host`` is the address HTTP, gRPC and metrics bind to: 127.0.0.1 unless exposed on purpose.
+    ``host`` is the address HTTP and metrics bind to: 127.0.0.1 unless exposed on purpose.
+    gRPC binds to it too only when it is a loopback address or ``expose_grpc`` is set; otherwise
+    to 127.0.0.1 (:attr:`grpc_host`): on 2.51 one gRPC classification request of a BYTES
+    output ends the server, and no guard can refuse it on gRPC.
     ``repository_key``: when set, the model-repository API (index, load, unload) answers only
     requests carrying it (:mod:`tritonrepo.server.repository_key`); inference stays open.
     ``cuda_memory_pool_bytes``: CUDA memory pool per visible GPU, in bytes, through which the
@@ -75,6 +93,11 @@ class ServerOptions:
     :mod:`tritonrepo.server.http_guard`): it listens on ``host:http_port`` and forwards to
     ``tritonserver``, whose own HTTP endpoint then binds to 127.0.0.1 on a private free port.
     ``http_url`` is the guard's; gRPC and metrics are unchanged.
+    ``grpc_guard``: put the gRPC endpoint behind the gRPC guard (nginx ``grpc_pass``,
+    :mod:`tritonrepo.server.grpc_guard`): it listens on ``grpc_host:grpc_port``, refuses a call
+    that sends more than ``grpc_max_request_bytes`` bytes (``RESOURCE_EXHAUSTED``), ends TLS
+    when ``grpc_tls`` is set, and forwards to ``tritonserver``'s gRPC endpoint on 127.0.0.1 on a
+    private free port.
     """
 
     model_repository: Path = MODEL_REPOSITORY
@@ -102,6 +125,15 @@ class ServerOptions:
     restart_limit: int = 5
     restart_window_s: float = 600.0
     http_guard: bool = False
+    expose_grpc: bool = False
+    grpc_guard: bool = False
+    grpc_max_request_bytes: int = GRPC_MAX_REQUEST_BYTES
+
+    @property
+    def grpc_host(self) -> str:
+        """Address the gRPC endpoint (or the gRPC guard) binds to: ``host`` when it is a
+        loopback address or ``expose_grpc`` is set, else 127.0.0.1."""
+        return self.host if self.expose_grpc or is_loopback(self.host) else "127.0.0.1"
 
     @property
     def stop_bound_s(self) -> float:
@@ -145,7 +177,8 @@ class ServerOptions:
     @property
     def grpc_url(self) -> str:
         """``host:port`` of the gRPC endpoint, as tritonclient takes it."""
-        return f"{self.client_host}:{self.grpc_port}"
+        host = self.grpc_host
+        return f"{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{self.grpc_port}"
 
 
 def default_models(repository: Path = MODEL_REPOSITORY) -> tuple[str, ...]:

@@ -3,7 +3,8 @@
 Options, the repository key (:mod:`tritonrepo.server.repository_key`) and the lifecycle of one
 :class:`tritonrepo.server.launcher.TritonServer`; every failure is one line on stderr and exit code
 1. By default HTTP is served through the HTTP guard (nginx + njs:
-:mod:`tritonrepo.server.http_guard`) and a ``tritonserver`` that dies is restarted
+:mod:`tritonrepo.server.http_guard`), gRPC through the gRPC guard (nginx, a bound on request size:
+:mod:`tritonrepo.server.grpc_guard`) and a ``tritonserver`` that dies is restarted
 (:mod:`tritonrepo.server.restart`); the restart lines go to stderr, and when the crash-loop bound is
 reached ``serve`` exits 1 saying so.
 """
@@ -11,7 +12,6 @@ reached ``serve`` exits 1 saying so.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import signal
 import sys
 import time
@@ -27,7 +27,17 @@ from tritonrepo.server.launcher import (
     ServerOptions,
     TritonServer,
 )
-from tritonrepo.server.options import default_models
+from tritonrepo.server.options import GRPC_MAX_REQUEST_BYTES, default_models, is_loopback
+
+# Printed when gRPC is reachable from other machines: what one request does to 2.51 there.
+GRPC_EXPOSED_WARNING = (
+    "warning: gRPC is reachable from other machines on {address}. On Triton 2.51 one gRPC "
+    "request asking for a classification (class_count) of a BYTES output ends the server "
+    "(SIGFPE, division by zero: CVE-2025-23321), and nothing in front of gRPC can refuse it; "
+    "the launcher restarts the server (about 10 s without service). Fixed in Triton 2.59.1 "
+    "(NGC 25.07); the production container (NGC 26.05) has the fix. Give clients you do not "
+    "trust HTTP (through the HTTP guard) instead."
+)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -47,10 +57,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--host",
         default="127.0.0.1",
-        help="address to bind HTTP, gRPC and metrics to (default 127.0.0.1)",
+        help="address to bind HTTP and metrics to (default 127.0.0.1); gRPC too only with "
+        "--expose-grpc, else gRPC stays on 127.0.0.1",
     )
     p.add_argument(
-        "--expose", action="store_true", help="bind to 0.0.0.0 (all interfaces) instead of --host"
+        "--expose",
+        action="store_true",
+        help="bind HTTP and metrics to 0.0.0.0 (all interfaces) instead of --host; gRPC stays "
+        "on 127.0.0.1 unless --expose-grpc",
+    )
+    p.add_argument(
+        "--expose-grpc",
+        action="store_true",
+        help="bind gRPC to the same address as HTTP (--expose or --host). On Triton 2.51 one "
+        "gRPC classification request of a BYTES output ends the server (SIGFPE; fixed in "
+        "2.59.1 / NGC 25.07), and nothing can refuse it on gRPC",
     )
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--grpc-port", type=int, default=8001)
@@ -92,6 +113,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--insecure",
     )
     p.add_argument(
+        "--no-grpc-guard",
+        action="store_true",
+        help="serve gRPC from tritonserver directly instead of through the gRPC guard (nginx, "
+        f"which refuses calls that send more than {GRPC_MAX_REQUEST_BYTES >> 20} MiB: 2.51 "
+        "takes up to 2 GB and keeps the memory); only on a loopback address unless --insecure",
+    )
+    p.add_argument(
         "--heal-interval",
         type=float,
         default=10.0,
@@ -115,9 +143,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--insecure",
         action="store_true",
-        help="allow --no-repository-key or --no-http-guard on a non-loopback address (anyone "
-        "who reaches the ports may load models, register shared memory and change logging, or "
-        "end the server with one request)",
+        help="allow --no-repository-key, --no-http-guard or --no-grpc-guard on a non-loopback "
+        "address (anyone who reaches the ports may load models, register shared memory and "
+        "change logging, end the server with one request, or fill its memory)",
     )
     keys = p.add_mutually_exclusive_group()
     keys.add_argument(
@@ -136,22 +164,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or ``localhost``) only accepts connections from this
-    machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
-
-
 def exposure_problem(
-    host: str, open_admin: bool, insecure: bool, unguarded: bool = False
+    host: str,
+    open_admin: bool,
+    insecure: bool,
+    unguarded: bool = False,
+    grpc_host: str = "127.0.0.1",
+    grpc_unguarded: bool = False,
 ) -> str | None:
-    """Why serving on ``host`` must be refused, or None: the admin APIs without a key, or HTTP
-    without the guard, on an address other machines can reach, unless ``insecure``."""
+    """Why serving on ``host`` (gRPC on ``grpc_host``) must be refused, or None: the admin APIs
+    without a key, HTTP without the HTTP guard, or gRPC without the gRPC guard, on an address
+    other machines can reach, unless ``insecure``."""
+    if grpc_unguarded and not insecure and not is_loopback(grpc_host):
+        return (
+            f"refusing to serve gRPC on {grpc_host} with --no-grpc-guard: one call may send up "
+            "to 2 GB, which Triton 2.51 keeps in memory; drop --no-grpc-guard, or add --insecure"
+        )
     if insecure or is_loopback(host):
         return None
     if open_admin:
@@ -188,7 +216,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Serve until SIGINT/SIGTERM; exit 1 with a one-line reason if the server cannot start."""
     args = parse_args(argv)
     host = "0.0.0.0" if args.expose else args.host
-    problem = exposure_problem(host, args.no_repository_key, args.insecure, args.no_http_guard)
+    grpc_host = host if args.expose_grpc or is_loopback(host) else "127.0.0.1"
+    problem = exposure_problem(
+        host,
+        args.no_repository_key,
+        args.insecure,
+        args.no_http_guard,
+        grpc_host=grpc_host,
+        grpc_unguarded=args.no_grpc_guard,
+    )
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1
@@ -232,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         restart_on_crash=not args.no_restart,
         restart_limit=args.restart_limit,
         http_guard=not args.no_http_guard,
+        expose_grpc=args.expose_grpc,
+        grpc_guard=not args.no_grpc_guard,
     )
     server = TritonServer(options)
     print(
@@ -248,10 +286,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     print(key_note, flush=True)
     if not is_loopback(host):
+        grpc = f", gRPC :{options.grpc_port}" if options.grpc_host == host else ""
         print(
-            f"reachable from other machines on {host}: HTTP :{options.http_port}, gRPC "
-            f":{options.grpc_port} (health, metadata, inference, configs and statistics without "
-            f"a key), metrics :{options.metrics_port} (no key)",
+            f"reachable from other machines on {host}: HTTP :{options.http_port}{grpc} (health, "
+            f"metadata, inference, configs and statistics without a key), metrics "
+            f":{options.metrics_port} (no key)"
+            + ("" if grpc else f"; gRPC only on {options.grpc_url} (--expose-grpc to expose it)"),
+            flush=True,
+        )
+    if not is_loopback(options.grpc_host):
+        address = f"{options.grpc_host}:{options.grpc_port}"
+        print(GRPC_EXPOSED_WARNING.format(address=address), file=sys.stderr, flush=True)
+    if server.grpc_guard is not None:
+        print(
+            f"gRPC is behind the gRPC guard (nginx) on {options.grpc_host}:{options.grpc_port}: "
+            f"calls sending more than {options.grpc_max_request_bytes} bytes are refused "
+            f"(RESOURCE_EXHAUSTED); forwarding to tritonserver on "
+            f"127.0.0.1:{server.triton_grpc_port} (--no-grpc-guard = off)",
             flush=True,
         )
     if options.http_guard:

@@ -199,11 +199,18 @@ class AsyncClassificationClient(AsyncModelClient):
 
 
 def print_classifications(
-    names: Sequence[object], results: Sequence[Classification | Exception], as_json: bool = False
+    names: Sequence[object],
+    results: Sequence[Classification | Exception],
+    as_json: bool = False,
+    precision: int = 4,
 ) -> int:
     """Print one top-K table per image (rich), or one JSON line each with ``as_json``; an
     image that failed gets an ``error:`` line on stderr. Returns the exit status: 0 when every
-    image was classified, else 1."""
+    image was classified, else 1.
+
+    Probabilities are printed with ``precision`` decimals, in the table and in the JSON (the
+    last digits of a softmax computed in float32 differ between CPUs and builds).
+    """
     import json
     import sys
 
@@ -217,7 +224,9 @@ def print_classifications(
             failed += 1
             print(f"error: {name}: {result}", file=sys.stderr)
         elif as_json:
-            print(json.dumps({"image": str(name)} | result.as_dict(), ensure_ascii=False))
+            scores = [round(float(s), precision) for s in result.scores]
+            line = {"image": str(name), "labels": result.labels, "scores": scores}
+            print(json.dumps(line, ensure_ascii=False))
         else:
             console.print(str(name), markup=False, highlight=False, soft_wrap=True)
             table = Table()
@@ -226,7 +235,7 @@ def print_classifications(
             table.add_column("probability", justify="right")
             rows = zip(result.labels, result.scores, strict=True)
             for rank, (label, score) in enumerate(rows, 1):
-                table.add_row(str(rank), label, f"{score:.4f}")
+                table.add_row(str(rank), label, f"{score:.{precision}f}")
             console.print(table)
     return 1 if failed else 0
 

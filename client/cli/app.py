@@ -139,6 +139,9 @@ def _parser() -> argparse.ArgumentParser:
     classify.add_argument("--top-k", type=int, default=5, help="classes per image (default 5)")
     classify.add_argument("--model", default="image_classification")
     classify.add_argument("--json", action="store_true", help="one JSON line per image")
+    classify.add_argument(
+        "--precision", type=int, default=4, help="decimals of the probabilities printed"
+    )
     classify.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     add_infer_parser(sub)
 
@@ -329,11 +332,14 @@ def _classify(args: argparse.Namespace) -> int:
     if args.top_k < 1:
         print(f"error: --top-k must be >= 1, got {args.top_k}", file=sys.stderr)
         return 2
+    if args.precision < 0:
+        print(f"error: --precision must be >= 0, got {args.precision}", file=sys.stderr)
+        return 2
     with ClassificationClient(
         args.url, args.protocol, args.model, args.timeout, tls_from_args(args), **_scheduling(args)
     ) as client:
         results = client.classify_each(args.images, args.top_k, args.concurrency)
-    return print_classifications(args.images, results, as_json=args.json)
+    return print_classifications(args.images, results, args.json, args.precision)
 
 
 def _rank(args: argparse.Namespace) -> int:

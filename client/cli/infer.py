@@ -137,7 +137,16 @@ def _text_of(item: Any) -> Any:
 
 def jsonable(array: np.ndarray) -> Any:
     """``array`` as nested lists for JSON: numbers as numbers, BYTES items as UTF-8 text
-    where they decode, else ``{"base64": "..."}``."""
+    where they decode, else ``{"base64": "..."}``.
+
+    FP32 and FP16 numbers are written with the digits of their own type, the shortest text
+    that reads back as the same value (``206.11667``, as numpy prints it, not the
+    ``206.11666870117188`` of the same number widened to a float64): no digits the model did
+    not compute, nothing lost for a reader that parses them back into that type.
+    """
+    if array.dtype.kind == "f" and array.dtype.itemsize < 8:
+        shortest = [float(str(value)) for value in array.ravel()]
+        return np.array(shortest, dtype=np.float64).reshape(array.shape).tolist()
     if array.dtype.kind not in "OS":
         return array.tolist()
 

@@ -293,6 +293,18 @@ def test_outputs_print_as_one_json_object_with_text_decoded():
     assert format_outputs({"T": np.array([["Ünï"]], dtype=object)}) == '{"T": [["Ünï"]]}'
 
 
+def test_float32_outputs_print_with_their_own_digits_and_read_back_exactly():
+    progression = np.array([[206.11666870117188], [68.07103729248047]], dtype=np.float32)
+    assert format_outputs({"P": progression}) == '{"P": [[206.11667], [68.07104]]}'
+    assert format_outputs({"H": np.array([0.1], np.float16)}) == '{"H": [0.1]}'
+    assert format_outputs({"D": np.array([0.1 + 0.2])}) == '{"D": [0.30000000000000004]}'
+    assert format_outputs({"S": np.float32(2.5) * np.ones((), np.float32)}) == '{"S": 2.5}'
+    values = np.random.default_rng(0).standard_normal((50, 40)).astype(np.float32) * 1e3
+    values[0, :3] = [np.float32(1e-38), np.finfo(np.float32).max, -0.0]
+    back = np.array(json.loads(format_outputs({"V": values}))["V"], dtype=np.float32)
+    np.testing.assert_array_equal(back, values)  # every value parses back to itself
+
+
 def test_outputs_are_written_as_npy_files_without_pickles(tmp_path):
     answers = {
         "EMBEDDING": np.ones((2, 3), dtype=np.float32),

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from tritonrepo_client.input_casts import cast_input
 from tritonrepo_client.triton_messages import Kind, kinds_in
 
 # KServe v2 datatypes → numpy dtypes of the arrays sent and received (tritonclient.utils'
@@ -170,71 +171,21 @@ def _as_array(name: str, value: Any) -> np.ndarray:
         ) from None
 
 
-def _as_bytes(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
-    """A BYTES input as an object array of ``bytes`` (``str`` items encoded as UTF-8)."""
-    if array.dtype.kind not in "USO":
-        raise ValueError(
-            f"input {spec.name} is BYTES (text or raw bytes), got a {array.dtype} array: pass "
-            'str items, e.g. [["hello"]], or bytes items, e.g. [[open("photo.jpg", "rb").read()]] '
-            "(a file's encoded bytes, not its decoded pixels)"
-        )
-    out = np.empty(array.shape, dtype=object)
-    flat_in, flat_out = array.reshape(-1), out.reshape(-1)
-    for i, item in enumerate(flat_in):
-        if isinstance(item, str):
-            flat_out[i] = item.encode("utf-8")
-        elif isinstance(item, bytes | bytearray | memoryview):
-            flat_out[i] = bytes(item)
-        else:
-            raise ValueError(
-                f"input {spec.name} is BYTES: item {i} (flat index) is "
-                f"{type(item).__name__} {item!r:.40}, not str or bytes; pass str(value) if you "
-                "mean its printed form"
-            )
-    return out
-
-
 def _cast(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
-    """``array`` as the numpy dtype of ``spec.datatype``, when no value changes meaning:
-    integers into any integer type whose range holds them, integers or floats into floats,
-    booleans into BOOL only, text into BYTES only.
+    """``array`` as the numpy dtype of ``spec.datatype``, when no value changes meaning
+    (:mod:`tritonrepo_client.input_casts`).
 
     Raises:
-        ValueError: a datatype without a numpy dtype (BF16), or a dtype that cannot become it;
-            the message names the tensor, both types and the fix.
+        ValueError: a datatype without a numpy dtype (BF16), a dtype that cannot become it, or
+            a value the cast would change; the message names the tensor, the value and the fix.
     """
-    if spec.datatype == "BYTES":
-        return _as_bytes(spec, array)
     target = NUMPY_DTYPES.get(spec.datatype)
     if target is None:
         raise ValueError(
             f"input {spec.name} is {spec.datatype}, which this client cannot send (no numpy "
             "dtype maps to it in tritonclient); call tritonclient directly for it"
         )
-    target = np.dtype(target)
-    source = array.dtype
-    wanted = f"input {spec.name} is {spec.datatype} ({target})"
-    if source == target:
-        return array
-    if target.kind == "b":
-        raise ValueError(f"{wanted}, got {source}: pass true/false values (a bool array)")
-    if source.kind in "USO" or source.kind not in "biuf":
-        raise ValueError(f"{wanted}, got {source} values: pass numbers, not text or objects")
-    if source.kind == "b":
-        raise ValueError(f"{wanted}, got bool: pass numbers (array.astype({target}))")
-    if target.kind in "iu":
-        if source.kind == "f":
-            raise ValueError(
-                f"{wanted}, got {source}: pass integers (array.astype({target}) if the "
-                "fractions may go)"
-            )
-        info = np.iinfo(target)
-        if array.size and (array.min() < info.min or array.max() > info.max):
-            raise ValueError(
-                f"{wanted}: values {array.min()}..{array.max()} do not fit its range "
-                f"{info.min}..{info.max}"
-            )
-    return array.astype(target)
+    return cast_input(spec, array, target)
 
 
 def _check_shape(spec: TensorSpec, array: np.ndarray, max_batch_size: int) -> None:

@@ -6,7 +6,8 @@ with the same functions and model called in one process (preprocess → ONNX Run
 built ``model.onnx`` → postprocess), over HTTP and gRPC, one row per request and all rows in
 one request; concurrent single-row requests (joined by the dynamic batchers) each get their own
 answer; the declared health probe passes; a request with a bad value gets its own error while
-the others of the batch are served; a request with wrong dims is refused by Triton.
+the others of the batch are served; a request with wrong dims is refused by Triton; a value the
+client's cast would change (``1e40`` for an FP32 input) is refused before anything is sent.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import tritonclient.http as httpclient
 
 from builders.pipeline.in_process import InProcess
 from tests.conftest import server_options
+from tests.server.test_pipeline_client import requests_served
 from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
 from tritonrepo.pipelines.description import Pipeline, import_ref, load
 from tritonrepo.server.launcher import TritonServer
@@ -160,6 +162,29 @@ class PipelineSuite:
                     answer, {k: np.asarray(v)[i : i + 1] for k, v in want.items()}, f"row {i}"
                 )
         assert server.process is not None and server.process.poll() is None
+
+    def test_a_value_a_cast_would_change_is_refused_before_sending(self, pipeline, samples, server):
+        """The client casts to an input's datatype only when no value changes meaning
+        (docs/pipeline_client.md): a float64 beyond an FP32/FP16 input's range (not sent as
+        inf), a fraction for an integer input; the error names the input and the value, and
+        Triton's inference statistics do not move."""
+        numeric = [t for t in pipeline.inputs if t.dtype.startswith(("FP", "INT", "UINT"))]
+        numeric = [t for t in numeric if t.dtype != "FP64"]  # every float64 fits
+        if not numeric:
+            pytest.skip(f"{pipeline.name} has no FP16/FP32 or integer input")
+        first = numeric[0]
+        row = {k: np.asarray(v[:1]) for k, v in samples.items()}
+        value = row[first.name].astype(np.float64)
+        value.flat[0] = 1e40 if first.dtype.startswith("FP") else 0.5
+        words = "1e+40 at index" if first.dtype.startswith("FP") else "0.5 at index"
+        with PipelineClient(pipeline.name, server.options.http_url) as client:
+            client.signature()  # metadata and config: not counted as inferences
+            before = requests_served(server, pipeline.name)
+            with pytest.raises(ValueError) as info:
+                client.infer(row | {first.name: value})
+            assert requests_served(server, pipeline.name) == before
+        message = str(info.value)
+        assert message.startswith(f"input {first.name} is {first.dtype} ") and words in message
 
     def test_wrong_dims_are_refused_by_triton(self, pipeline, samples, server):
         first = pipeline.inputs[0]

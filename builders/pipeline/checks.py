@@ -192,6 +192,42 @@ def _compare(got: Mapping[str, Any], want: tuple[Tensor, ...], field: str,
             )
 
 
+def quiet_session_options() -> Any:
+    """``onnxruntime.SessionOptions`` that log errors only (``log_severity_level`` 3).
+
+    ONNX Runtime's warnings (such as ``VerifyOutputSizes``: an output whose shape differs
+    from the one the graph declares) would print among the generator's lines without saying
+    which field to fix; :func:`_check_declared_outputs` reports that mismatch itself, naming
+    the output and the fix, and errors still print.
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return options
+
+
+def _check_declared_outputs(io: GraphIO, names: list[str], results: list[np.ndarray],
+                            problems: list[str]) -> None:  # fmt: skip
+    """Each output the graph produced on the samples against the shape the graph declares
+    (the configs are made from the declared one): rank, and every fixed dim."""
+    declared = {t.name: t.shape for t in io.outputs}
+    for name, value in zip(names, results, strict=True):
+        shape = declared.get(name)
+        got = np.asarray(value).shape
+        if shape is None or (
+            len(shape) == len(got)
+            and all(d is None or d == g for d, g in zip(shape, got, strict=True))
+        ):
+            continue
+        shown = ", ".join("N" if d is None else str(d) for d in shape)
+        problems.append(
+            f"model: the core model's output '{name}' has shape {list(got)} on the samples, but "
+            f"the graph declares [{shown}] (N = any); the configs are made from the declared "
+            "shape: fix the graph's output shape (or the model)"
+        )
+
+
 def probe_json(pipeline: Pipeline, samples: Mapping[str, np.ndarray]) -> str:
     """The health probe: the sample row whose request is smallest, as KServe v2 JSON input
     tensors (BYTES items as UTF-8 strings, or ``{"b64": ...}`` for binary data), every
@@ -346,8 +382,12 @@ def _run_samples(pipeline, make_samples, pre, post, model, core_inputs, core_out
         )
     if problems or model is None:
         return probe
-    runner = InProcess(pipeline, model.SerializeToString())
-    post_in = runner.post_inputs(pre_out, runner.run_core(runner.core_feeds(pre_out)))
+    runner = InProcess(pipeline, model.SerializeToString(), quiet_session_options())
+    results = runner.run_core(runner.core_feeds(pre_out))
+    _check_declared_outputs(graph_io(model), runner.names, results, problems)
+    if problems:
+        return probe
+    post_in = runner.post_inputs(pre_out, results)
     try:
         post_out = post(post_in)
     except Exception as exc:

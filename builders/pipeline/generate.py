@@ -32,6 +32,11 @@ from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo.pipelines.description import DescriptionError, Pipeline, load
 
 MANIFEST = "generated_files.json"
+# After a run that wrote files: build the described pipelines' core models (not every shipped
+# model, as `make artifacts` and `make serve` do) and the HTTP guard's nginx, then serve this one.
+NEXT_STEPS = (
+    "next: make pipeline-artifacts guard-deps, then .venv/bin/tritonrepo-serve --model {name}"
+)
 INT8_VERSION = 2  # the version folder of an INT8 build (``[model] int8 = true``)
 
 
@@ -233,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{pipeline.name}: {len(stale)} of {len(changes)} files written" if stale
           else f"{pipeline.name}: up to date ({len(changes)} files)")  # fmt: skip
     if stale:
-        print(f"next: make artifacts, then make serve SERVE_ARGS='--model {pipeline.name}'")
+        print(NEXT_STEPS.format(name=pipeline.name))
     return 0
 
 

@@ -22,7 +22,9 @@ import argparse
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+import math
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +60,14 @@ def load_value(name: str, value: str) -> Any:
     an item ``{"base64": "..."}`` is those bytes.
 
     Raises:
-        ValueError: not JSON, a ``base64`` item that is not base64, or a ``.npy`` of Python
-            objects (pickled; numpy refuses to load those without trusting the file).
+        ValueError: not JSON, a JSON number beyond float64 (``1e400``: it would become inf), a
+            ``base64`` item that is not base64, or a ``.npy`` of Python objects (pickled; numpy
+            refuses to load those without trusting the file).
         OSError: the file cannot be read.
     """
     if not value.startswith("@"):
         try:
-            return _binary_items(name, json.loads(value))
+            return _binary_items(name, json.loads(value, parse_float=_float_parser(name)))
         except json.JSONDecodeError as exc:
             raise ValueError(
                 f"--input {name}: the value is not JSON ({exc.msg} at character {exc.pos}): "
@@ -85,13 +88,34 @@ def load_value(name: str, value: str) -> Any:
     if suffix == ".json":
         text = path.read_text(encoding="utf-8")
         try:
-            return _binary_items(name, json.loads(text))
+            return _binary_items(name, json.loads(text, parse_float=_float_parser(name)))
         except json.JSONDecodeError as exc:
             raise ValueError(
                 f"--input {name}: {path} is not JSON ({exc.msg}, line {exc.lineno} column "
                 f"{exc.colno})"
             ) from None
     return [[path.read_bytes()]]  # one BYTES item: an image, a document
+
+
+def _float_parser(name: str) -> Callable[[str], float]:
+    """``json.loads``' ``parse_float`` for ``--input name``: a JSON number as a Python float,
+    refusing a finite literal beyond the largest float64 (``1e400``), which ``float()`` would
+    turn into inf. ``Infinity`` and ``NaN`` are JSON constants, not numbers: they pass.
+
+    Raises:
+        ValueError: such a literal (the message names the input and the literal).
+    """
+
+    def parse(text: str) -> float:
+        number = float(text)
+        if math.isinf(number):
+            raise ValueError(
+                f"--input {name}: {text} is beyond the largest float ({sys.float_info.max:.4g}) "
+                "and would become inf; pass Infinity if an infinity is meant"
+            )
+        return number
+
+    return parse
 
 
 def _binary_items(name: str, value: Any) -> Any:

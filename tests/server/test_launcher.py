@@ -134,6 +134,29 @@ def test_exposing_open_admin_apis_is_refused_without_insecure():
     assert "add --insecure" in out.stderr and out.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("missing", ["nginx", "njs"])
+def test_a_missing_http_guard_names_make_guard_deps_and_no_http_guard(
+    missing, monkeypatch, tmp_path
+):
+    """Without nginx or its njs module (as on a fresh machine before `make guard-deps`), the
+    launcher refuses before tritonserver starts and names both ways out."""
+    from tritonrepo.server import http_guard
+
+    if missing == "nginx":
+        monkeypatch.setattr(http_guard, "nginx_binary", lambda: None)
+    else:
+        monkeypatch.setattr(http_guard, "NJS_MODULE", tmp_path / "ngx_http_js_module.so")
+    require_artifacts()
+    server = TritonServer(server_options(http_guard=True))
+    with pytest.raises(LaunchError) as info:
+        server.start()
+    assert server.process is None and server.guard is None
+    message = str(info.value)
+    assert message.startswith("the HTTP guard cannot run: ")
+    assert "make guard-deps" in message and "apt-get install nginx libnginx-mod-http-js" in message
+    assert message.endswith("tritonrepo-serve --no-http-guard"), message
+
+
 def test_loopback_addresses_are_recognised():
     from tritonrepo.server.serve import exposure_problem, is_loopback
 

@@ -220,6 +220,24 @@ def test_the_unedited_toy_description_passes(ws: Workspace):
     assert {c.action for c in changes} == {"create"}
 
 
+def test_an_output_shape_other_than_the_declared_one_is_named_without_runtime_noise(
+    ws: Workspace, capfd: pytest.CaptureFixture[str]
+):
+    """A graph that computes another shape than it declares (the configs are made from the
+    declared one) is refused naming the output and both shapes; ONNX Runtime's own warnings
+    about it (shape merge, VerifyOutputSizes) are not printed among the generator's lines."""
+    ws.write_description(edited(TOY_TOML, BUILD, BUILD.replace(":build", ":build_misdeclared")))
+    result = ws.run()
+    assert result.rc == 1
+    find(
+        [line.removeprefix("error: ") for line in result.err.splitlines()],
+        ws.description,
+        "model",
+        "output 'scores' has shape [8, 2] on the samples, but the graph declares [N, 3]",
+    )
+    assert "onnxruntime" not in capfd.readouterr().err
+
+
 def test_every_problem_is_reported_at_once(ws: Workspace):
     text = edited(TOY_TOML, X_TABLE, X_TABLE.replace("FP32", "FP31").replace("[4]", "[0]"))
     ws.write_description(edited(text, "max_batch_size = 8", "max_batch_size = 0"))

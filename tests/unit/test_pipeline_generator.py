@@ -105,6 +105,15 @@ def test_first_run_reports_every_file_created(ws: Workspace):
     created = {line.split()[1] for line in result.out.splitlines() if line.startswith("create")}
     assert created == {f"model_repository/{f}" for f in EXPECTED} | {"tests/pipelines/test_toy.py"}
     assert "toy: 11 of 11 files written" in result.out
+    # The next step builds the described pipelines only and serves this one alone, with the
+    # HTTP guard's packages: make targets and a console script that exist.
+    next_line = result.out.splitlines()[-1]
+    assert next_line == (
+        "next: make pipeline-artifacts guard-deps, then .venv/bin/tritonrepo-serve --model toy"
+    )
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert "\npipeline-artifacts:" in makefile and "\nguard-deps:" in makefile
+    assert 'tritonrepo-serve = "' in (REPO_ROOT / "pyproject.toml").read_text()
 
 
 def test_generated_configs_parse_and_say_what_they_run(generated: Workspace):

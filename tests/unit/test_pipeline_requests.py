@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import warnings
 
 import numpy as np
 import pytest
@@ -158,10 +160,10 @@ def test_dtypes_are_cast_only_when_no_value_changes_meaning(unbatched):
     assert sent["X"].dtype == np.float32 and sent["K"].dtype == np.int8
     assert sent["FLAG"].dtype == np.bool_
     np.testing.assert_array_equal(sent["X"], np.array(x, dtype=np.float32))
-    with pytest.raises(ValueError, match=r"input K is INT8 \(int8\), got float64: pass integers"):
+    with pytest.raises(ValueError, match=r"input K is INT8 \(int8\): value 1.5 at index \[0\] has"):
         prepare_inputs(unbatched, good | {"K": [1.5]})
     with pytest.raises(
-        ValueError, match=r"input K is INT8 .* values 300..300 do not fit .*-128..127"
+        ValueError, match=r"input K is INT8 .* value 300 at index \[0\] is outside .*-128..127"
     ):
         prepare_inputs(unbatched, good | {"K": [300]})
     with pytest.raises(ValueError, match=r"input FLAG is BOOL .* got int64: pass true/false"):
@@ -170,6 +172,112 @@ def test_dtypes_are_cast_only_when_no_value_changes_meaning(unbatched):
         prepare_inputs(unbatched, good | {"X": np.ones((3, 2), dtype=bool)})
     with pytest.raises(ValueError, match=r"input H is BF16, which this client cannot send"):
         prepare_inputs(unbatched, good | {"H": [1.0]})
+
+
+# One unbatched input per datatype, each optional: a request gives one of them.
+CASTS_METADATA = {
+    "name": "casts",
+    "inputs": [
+        {"name": name, "datatype": datatype, "shape": [-1]}
+        for name, datatype in (
+            ("F16", "FP16"), ("F32", "FP32"), ("F64", "FP64"), ("I8", "INT8"),
+            ("I32", "INT32"), ("I64", "INT64"), ("U8", "UINT8"),
+        )
+    ],
+    "outputs": [{"name": "Y", "datatype": "FP32", "shape": [1]}],
+}  # fmt: skip
+CASTS_CONFIG = {"input": [{"name": t["name"], "optional": True} for t in CASTS_METADATA["inputs"]]}
+
+
+@pytest.fixture
+def casts():
+    return signature_of(CASTS_METADATA, CASTS_CONFIG)
+
+
+def sent_quietly(signature, inputs) -> dict[str, np.ndarray]:
+    """``prepare_inputs`` with every warning an error (numpy's overflow warnings included)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return prepare_inputs(signature, inputs)
+
+
+# IEEE 754 binary16 / binary32: largest finite values 65504 and (2 - 2**-23) * 2**127; a value
+# rounds to the largest below half a unit past it (65520 for binary16) and to inf from there.
+FP16_MAX, FP32_MAX = 65504.0, (2 - 2**-23) * 2.0**127
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "shown"),
+    [
+        ("F32", [0.5, 1e40], r"1e\+40 at index \[1\]"),
+        ("F32", [-1e39, 1e39], r"-1e\+39 at index \[0\] \(1 more\)"),
+        ("F16", [65520.0], r"65520.0 at index \[0\]"),
+        ("F16", [70000], r"70000 at index \[0\]"),  # an integer too
+        ("F16", np.array([1e5], dtype=np.float32), r"100000.0 at index \[0\]"),
+    ],
+)
+def test_a_finite_value_beyond_a_float_type_is_refused_not_sent_as_inf(casts, name, value, shown):
+    datatype = {"F16": "FP16", "F32": "FP32"}[name]
+    largest = {"F16": "65504", "F32": "3.4028235e\\+38"}[name]
+    with pytest.raises(ValueError) as info:
+        sent_quietly(casts, {name: value})
+    assert re.match(
+        rf"input {name} is {datatype} \(float(16|32)\): value {shown} is beyond its largest "
+        rf"value {largest} and would become inf",
+        str(info.value),
+    ), str(info.value)
+
+
+def test_values_a_float_type_holds_are_rounded_and_nan_and_inf_pass_as_given(casts):
+    sent = sent_quietly(casts, {"F16": [FP16_MAX, 65519.0, -65519.0, 1.0e-9]})
+    assert sent["F16"].dtype == np.float16
+    assert sent["F16"].tolist() == [FP16_MAX, FP16_MAX, -FP16_MAX, 0.0]  # nearest binary16
+    sent = sent_quietly(casts, {"F32": [FP32_MAX, 0.1, float("nan"), float("inf"), -np.inf]})
+    got = sent["F32"]
+    assert got.dtype == np.float32 and got[0] == np.float32(FP32_MAX) and np.isfinite(got[0])
+    assert got[1] == np.float32(0.1) and np.isnan(got[2]) and got[3] == np.inf == -got[4]
+    assert sent_quietly(casts, {"F64": [2**62 + 1]})["F64"].tolist() == [float(2**62)]
+
+
+def test_floats_become_integers_only_when_whole_and_in_range(casts):
+    sent = sent_quietly(casts, {"I32": [2.0, -3.0, 2.0**31 - 1, -(2.0**31)]})
+    assert sent["I32"].dtype == np.int32
+    assert sent["I32"].tolist() == [2, -3, 2**31 - 1, -(2**31)]
+    assert sent_quietly(casts, {"I64": [-(2.0**63)]})["I64"].tolist() == [-(2**63)]
+    refused = {
+        "I32": ([1.0, 2.5], r"value 2.5 at index \[1\] has a fraction; pass integers"),
+        "I8": ([float("nan")], r"value nan at index \[0\] is not a number it can hold"),
+        "U8": ([float("-inf")], r"value -inf at index \[0\] is not a number it can hold"),
+    }
+    for name, (value, words) in refused.items():
+        with pytest.raises(ValueError, match=rf"input {name} is .*: {words}"):
+            sent_quietly(casts, {name: value})
+    for name, value, limits in (
+        ("I32", 2.0**31, "-2147483648..2147483647"),
+        ("I64", 2.0**63, "-9223372036854775808..9223372036854775807"),  # float(2**63 - 1)
+        ("U8", -1.0, "0..255"),
+    ):
+        with pytest.raises(ValueError, match=rf"input {name} .* is outside its range {limits}"):
+            sent_quietly(casts, {name: [value]})
+
+
+def test_integers_out_of_an_integer_types_range_are_refused(casts):
+    assert sent_quietly(casts, {"U8": [0, 255]})["U8"].tolist() == [0, 255]
+    for name, value, limits in (
+        ("I32", [1, 2**31], r"2147483648 at index \[1\] is outside its range -2147483648"),
+        ("I8", np.array([-129], dtype=np.int16), r"-129 at index \[0\] is outside .*-128..127"),
+        ("U8", [-1, 256], r"-1 at index \[0\] \(1 more\) is outside its range 0..255"),
+        ("I64", np.array([2**63], dtype=np.uint64), r"9223372036854775808 at index \[0\]"),
+    ):
+        with pytest.raises(ValueError, match=rf"input {name} is .*: value {limits}"):
+            sent_quietly(casts, {name: value})
+
+
+def test_the_infer_command_refuses_a_json_number_beyond_float64():
+    with pytest.raises(ValueError, match=r"--input X: 1e400 is beyond the largest float"):
+        load_value("X", "[[1.0, 1e400]]")
+    assert np.isinf(load_value("X", "[[Infinity, -Infinity]]")).all()  # given as such
+    assert np.isnan(load_value("X", "[[NaN]]")[0][0])
 
 
 def test_shapes_must_match_the_dims_and_minus_one_is_free(embedding, encoder, unbatched):

@@ -44,7 +44,10 @@ from tritonrepo.server.http_guard_config import (
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "HttpGuard", "guard_available", "nginx_binary"]
 
-INSTALL_HINT = "apt-get install nginx libnginx-mod-http-js (or `make guard-deps`)"
+# How to install what the guards need: the Makefile's guard-deps target runs this apt-get (root).
+INSTALL_HINT = (
+    "install it with `make guard-deps` (as root: apt-get install nginx libnginx-mod-http-js)"
+)
 HEALTH_PATH = "/_guard/healthz"  # answered by nginx itself (deploy/guard/nginx.conf.template)
 
 

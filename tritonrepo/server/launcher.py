@@ -194,13 +194,17 @@ class TritonServer:
         """Start the HTTP guard on ``host:http_port`` in front of a private port.
 
         Raises:
-            LaunchError: nginx or njs is missing (the message gives the apt command).
+            LaunchError: nginx or njs is missing (the message gives ``make guard-deps``, the
+                apt command, and ``--no-http-guard``, the launcher's option to serve without it).
         """
         from tritonrepo.server.http_guard import HttpGuard, guard_available
 
         missing = guard_available()
         if missing:
-            raise LaunchError(f"the HTTP guard cannot run: {missing}")
+            raise LaunchError(
+                f"the HTTP guard cannot run: {missing}; or serve without it, on a loopback "
+                "address only: tritonrepo-serve --no-http-guard"
+            )
         o = self.options
         self.triton_http_port = free_port()
         run_dir = BUILD_DIR / "http-guard" / str(o.http_port)

@@ -62,6 +62,14 @@ def build_batch_mixing() -> onnx.ModelProto:
     return model
 
 
+def build_misdeclared() -> onnx.ModelProto:
+    """As :func:`build`, but the graph declares ``scores`` [batch, 3] while it computes
+    [batch, 2] (ONNX Runtime warns about it on stderr; the generator must name it)."""
+    model = build()
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 3
+    return model
+
+
 def build_bytes() -> bytes:
     """:func:`build` serialized (a ``build`` may return ONNX bytes)."""
     return build().SerializeToString()

@@ -13,6 +13,32 @@ MAX_BYTES = 20 * 2**20  # an encoded image, at most
 # NudeNet pads an image to a square of its longer side before resizing it, so a W x 1 PNG of
 # 100 bytes would take W² x 3 bytes of memory: the longer side is capped (8192: 200 MB).
 MAX_SIDE = 8192
+# The padded squares of one call's images, in pixels, at most: two of the largest (2 x 8192²,
+# 400 MB of BGR). Without it 32 images at the side limit in one request would take 6.4 GB and
+# hold a stub for minutes. A request over it is refused from the headers, before decoding.
+MAX_BATCH_PIXELS = 2 * MAX_SIDE**2
+
+
+def _header_side(data: bytes, i: int) -> int:
+    """The longer side ``IMAGE[i]``'s header declares, or 0 for a format Pillow does not read
+    (OpenCV decides, after decoding)."""
+    try:
+        return max(Image.open(io.BytesIO(data)).size)  # the header only
+    except Image.DecompressionBombError as e:  # Pillow's own pixel limit, far over ours
+        raise ValueError(f"IMAGE[{i}] is too large: {e}") from None
+    except Exception:
+        return 0
+
+
+def _check_budget(sides: list[int], i: int) -> None:
+    padded = sum(side * side for side in sides)
+    if padded > MAX_BATCH_PIXELS:
+        raise ValueError(
+            f"IMAGE[{i}] puts the request over its decoding budget: its images pad to "
+            f"{padded:,} pixels, over the limit of {MAX_BATCH_PIXELS:,} per request "
+            f"(MAX_BATCH_PIXELS: each image is padded to a square of its longer side); send "
+            "fewer or smaller images per request"
+        )
 
 
 def preprocess(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -27,21 +53,22 @@ def preprocess(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     Raises:
         ValueError: ``IMAGE[i]`` is not bytes, is empty or over ``MAX_BYTES``, has a side over
-            ``MAX_SIDE`` (read from its header, before decoding), is not 8-bit, or cannot be
-            decoded as an image.
+            ``MAX_SIDE``, is not 8-bit, or cannot be decoded as an image; or the images' padded
+            squares (longer side², summed) are over ``MAX_BATCH_PIXELS``. Sizes come from the
+            headers, before anything is decoded (after decoding, for a format Pillow does not
+            read).
     """
-    blobs, boxes = [], []
-    for i, data in enumerate(inputs["IMAGE"][:, 0]):
+    files = list(inputs["IMAGE"][:, 0])
+    sides = []
+    for i, data in enumerate(files):
         if not isinstance(data, bytes) or not data or len(data) > MAX_BYTES:
             raise ValueError(f"IMAGE[{i}] must be encoded image bytes, 1 to {MAX_BYTES} of them")
-        try:
-            side = max(Image.open(io.BytesIO(data)).size)  # the header only
-        except Image.DecompressionBombError as e:  # Pillow's own pixel limit, far over ours
-            raise ValueError(f"IMAGE[{i}] is too large: {e}") from None
-        except Exception:
-            side = 0  # a format Pillow does not read: OpenCV decides below
-        if side > MAX_SIDE:
-            raise ValueError(f"IMAGE[{i}] has a side of {side} pixels, over {MAX_SIDE}")
+        sides.append(_header_side(data, i))
+        if sides[i] > MAX_SIDE:
+            raise ValueError(f"IMAGE[{i}] has a side of {sides[i]} pixels, over {MAX_SIDE}")
+        _check_budget(sides, i)
+    blobs, boxes = [], []
+    for i, data in enumerate(files):
         try:
             mat = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
             if mat is None:
@@ -50,6 +77,8 @@ def preprocess(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
                 raise ValueError(f"IMAGE[{i}] is {mat.dtype}; send an 8-bit image")
             if max(mat.shape[:2]) > MAX_SIDE:
                 raise ValueError(f"IMAGE[{i}] has a side over {MAX_SIDE} pixels")
+            sides[i] = max(mat.shape[:2])  # as decoded (the header's side, or an unread one)
+            _check_budget(sides, i)
             blob, _, _, x_pad, y_pad, width, height = _read_image(mat, SIZE)
         except cv2.error as e:
             raise ValueError(f"IMAGE[{i}] cannot be decoded or converted: {e}") from e

@@ -4,11 +4,13 @@ the server keeps serving.
 Triton 2.51 has no request-size option (gRPC accepts messages up to 2 GB; HTTP's
 ``--http-max-input-size`` arrived later), so the steps enforce the limits: ``max_text_bytes`` in
 ``text_embedding_tokenize``, the HISTORY / CANDIDATES / TOP_K bounds in ``ctr_preprocess`` and
-``ctr_session``.
+``ctr_session``, the per-image and per-request pixel budgets in ``image_preprocess``.
 """
 
 from __future__ import annotations
 
+import io
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -17,9 +19,12 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from reference_data import photos
 from tritonrepo.ctr import spec as ctr_spec
+from tritonrepo.image import spec as image_spec
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo.text import spec as text_spec
+from tritonrepo_client import Classification, ClassificationClient, RequestRejected
 
 pytestmark = pytest.mark.server
 PROTOCOLS = ["http", "grpc"]
@@ -182,3 +187,43 @@ def test_ctr_session_candidate_bound_changes_no_state(triton_server, protocol):
     last = send(13, candidates, sequence_end=True)
     expected = rank(triton_server, protocol, [11, 13], candidates, 3)
     np.testing.assert_allclose(last["SCORES"], expected["SCORES"], atol=1e-5, rtol=0)
+
+
+def single_colour_png(side: int) -> bytes:
+    """A ``side`` x ``side`` PNG of one colour: 132 KB at 6324 (40.0 MP), as in the attack."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (side, side), (200, 30, 30)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_images_over_the_request_pixel_budget_are_refused_and_a_photo_is_served(
+    triton_server, protocol
+):
+    """The measured attack: 32 single-colour 6324 x 6324 PNGs (4.2 MB, each under the 40 MP
+    per-image limit) in one request held an image_preprocess stub for 24 s. Now the request is
+    refused from the headers with the budget named, while a photo sent at the same time and a
+    request of three such images (within the budget) are served."""
+    bomb = single_colour_png(6324)
+    cat = photos.photo_file("chelsea")
+    url = triton_server.options.url(protocol)
+    with ClassificationClient(url, protocol) as client:
+        expected = client.classify([cat])[0]
+        with ThreadPoolExecutor(2) as pool:
+            attack = pool.submit(client.classify, [bomb] * image_spec.MAX_BATCH_SIZE)
+            photo = pool.submit(client.classify, [cat])
+            served = photo.result()[0]
+            with pytest.raises(RequestRejected) as refused:
+                attack.result()
+        assert isinstance(served, Classification) and served.labels == expected.labels
+        message = str(refused.value)
+        assert "image_preprocess: IMAGE[3] puts the request over its decoding budget" in message
+        assert f"its 32 images need {32 * 6324**2:,} pixels decoded" in message, message
+        assert "over the limit of 120,000,000 (120 MP) per request" in message, message
+        assert "max_request_pixels" in message, message
+        within = client.classify([bomb] * 3)  # 119,978,928 pixels: decoded and classified
+        assert len(within) == 3 and all(isinstance(r, Classification) for r in within)
+        assert within[0].labels == within[2].labels and len(within[0].labels) == 5
+        assert client.classify([cat])[0].labels == expected.labels

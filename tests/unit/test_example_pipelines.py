@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pipelines.breast_cancer.steps import preprocess as breast_cancer_preprocess
-from pipelines.nudenet_detector.steps import MAX_SIDE
+from pipelines.nudenet_detector.steps import MAX_BATCH_PIXELS, MAX_SIDE
 from pipelines.nudenet_detector.steps import preprocess as nudenet_preprocess
 
 
@@ -59,6 +59,21 @@ def test_an_image_at_the_side_limit_is_served():
     out = nudenet_preprocess(image_request(zero_png(MAX_SIDE, 16)))
     assert out["images"].shape == (1, 3, 320, 320)
     assert out["LETTERBOX"].tolist() == [[0, MAX_SIDE - 16, MAX_SIDE, 16]]
+
+
+def test_a_request_over_its_decoding_budget_is_refused_from_the_headers():
+    """Each image is padded to a square of its longer side: three images at the side limit
+    would take 3 x 8192² x 3 bytes (600 MB). The request is refused before any is decoded."""
+    strip = zero_png(MAX_SIDE, 16)
+    request = {"IMAGE": np.array([[strip]] * 3, dtype=object)}
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    with pytest.raises(ValueError, match=r"^IMAGE\[2\] puts the request over its decoding budget"):
+        nudenet_preprocess(request)
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 200, f"{grown_mib:.0f} MiB more resident memory: it was decoded"
+    assert MAX_BATCH_PIXELS == 2 * MAX_SIDE**2  # the largest image is served alone
+    quarter = {"IMAGE": np.array([[zero_png(MAX_SIDE // 4, 16)]] * 32, dtype=object)}
+    assert nudenet_preprocess(quarter)["images"].shape == (32, 3, 320, 320)  # 32 x 2048²
 
 
 def test_a_16_bit_image_is_refused_not_scaled_out_of_range():

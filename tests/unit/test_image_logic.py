@@ -4,6 +4,7 @@ postprocessing, labels."""
 from __future__ import annotations
 
 import io
+import re
 import struct
 import zlib
 
@@ -191,3 +192,71 @@ def test_a_whole_png_with_broken_bytes_is_called_corrupt_not_truncated(cat):
             decode_image(bytes(data))
         assert "truncated PNG" not in str(refused.value)
         assert "not a JPEG, PNG or WebP" not in str(refused.value)
+
+
+def test_a_request_over_its_decoding_budget_is_refused_before_decoding():
+    """32 single-colour 6324 x 6324 PNGs (40.0 MP each, under the per-image limit) held a stub
+    for 24 s. Their headers alone now refuse the request: the files here hold a few bytes of
+    pixel data, so decoding them would fail as corrupt instead of reporting the budget."""
+    bomb = png_header(6324, 6324)
+    with pytest.raises(OverLimit) as refused:
+        preprocess_batch([bomb] * 32)
+    message = str(refused.value)
+    assert message.startswith("IMAGE[3] puts the request over its decoding budget"), message
+    assert f"its 32 images need {32 * 6324 * 6324:,} pixels decoded" in message
+    assert f"over the limit of {spec.MAX_REQUEST_PIXELS:,}" in message
+    assert "max_request_pixels" in message
+    # Within the budget the same files reach the decoder (which finds them corrupt).
+    with pytest.raises(InvalidRequest, match=r"^IMAGE\[0\] could not be decoded") as decoded:
+        preprocess_batch([bomb] * 3)
+    assert not isinstance(decoded.value, OverLimit)
+
+
+def test_the_request_budget_sums_the_pixels_decoded(cat):
+    good = photos.encode(cat)
+    pixels = cat.shape[0] * cat.shape[1]
+    assert preprocess_batch([good, good], max_request_pixels=2 * pixels).shape[0] == 2
+    with pytest.raises(OverLimit, match=rf"^IMAGE\[2\] .* its 3 images need {3 * pixels:,} pixels"):
+        preprocess_batch([good, good, good], max_request_pixels=2 * pixels)
+    # A bad image is named as before, whatever the budget.
+    with pytest.raises(InvalidRequest, match=r"^IMAGE\[1\] is an empty file"):
+        preprocess_batch([good, b"", good], max_request_pixels=1)
+
+
+def test_a_jpeg_counts_at_the_scale_it_is_decoded_at():
+    """A 4000 x 3000 JPEG decodes at 1/8 scale (500 x 375, shorter side still >= 256): 187,500
+    pixels of the budget. The same image as a PNG is decoded whole: 12,000,000."""
+    photo = Image.new("RGB", (4000, 3000), (90, 140, 200))
+    jpeg, png = _file(photo, "JPEG", quality=90), _file(photo, "PNG")
+    assert preprocess_batch([jpeg], max_request_pixels=500 * 375).shape == (1, 3, 224, 224)
+    with pytest.raises(OverLimit, match=r"its 1 images need 12,000,000 pixels decoded"):
+        preprocess_batch([png], max_request_pixels=1_000_000)
+
+
+def test_the_per_image_limit_is_a_parameter(cat):
+    good = photos.encode(cat)
+    pixels = cat.shape[0] * cat.shape[1]
+    assert preprocess_batch([good], max_pixels=pixels).shape[0] == 1
+    with pytest.raises(
+        OverLimit, match=rf"^IMAGE\[0\] declares .* over the limit of {pixels - 1:,}"
+    ):
+        preprocess_batch([good], max_pixels=pixels - 1)
+
+
+def test_the_configs_set_the_limits_the_step_declares():
+    from tritonrepo.image.steps import PreprocessStep
+    from tritonrepo.step.parameters import parse
+
+    declared = {p.name: p for p in PreprocessStep.PARAMETERS}
+    assert declared["max_image_pixels"].default == spec.MAX_IMAGE_PIXELS == 40_000_000
+    assert declared["max_request_pixels"].default == spec.MAX_REQUEST_PIXELS == 120_000_000
+    assert spec.MAX_REQUEST_PIXELS >= spec.MAX_IMAGE_PIXELS  # the largest image passes alone
+    folder = MODEL_REPOSITORY / spec.PREPROCESS_MODEL
+    for path in (folder / "config.pbtxt", *sorted((folder / "configs").glob("*.pbtxt"))):
+        values = dict(
+            re.findall(r'parameters \{ key: "(\w+)" value \{ string_value: "([^"]*)" \} \}',
+                       path.read_text())
+        )  # fmt: skip
+        settings = parse(PreprocessStep.PARAMETERS, values, path.name)
+        assert settings["max_image_pixels"] == 40_000_000, path
+        assert settings["max_request_pixels"] == 120_000_000, path

@@ -158,7 +158,9 @@ def test_defaults_are_the_values_used_before():
     }
     assert ctr_spec.CORE_MODEL == "ctr_model"
     assert _defaults(_step("tritonrepo.image.steps", "PreprocessStep")) == {
-        "preprocessing": "efficientnet_lite0"
+        "preprocessing": "efficientnet_lite0",
+        "max_image_pixels": 40_000_000,  # spec.MAX_IMAGE_PIXELS
+        "max_request_pixels": 120_000_000,  # spec.MAX_REQUEST_PIXELS
     }
     assert _defaults(_step("tritonrepo.image.steps", "PostprocessStep")) == {
         "labels_file": image_spec.LABELS_FILE

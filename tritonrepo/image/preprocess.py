@@ -4,9 +4,13 @@ calibration and the benchmarks all call, so "same preprocessing" holds by constr
 
 Decoding (:func:`decode_image`) refuses before decoding anything: files over
 ``spec.MAX_IMAGE_BYTES``, formats other than JPEG/PNG/WebP, and images whose header declares
-more than ``spec.MAX_IMAGE_PIXELS`` pixels, a side over ``spec.MAX_IMAGE_SIDE`` or an aspect
-ratio over ``spec.MAX_ASPECT_RATIO`` (Pillow's ``Image.open`` is lazy: the header gives the
-size, and ``load()`` runs only after the checks). Then it applies the EXIF orientation and
+more than ``max_pixels`` pixels (default ``spec.MAX_IMAGE_PIXELS``), a side over
+``spec.MAX_IMAGE_SIDE`` or an aspect ratio over ``spec.MAX_ASPECT_RATIO`` (Pillow's
+``Image.open`` is lazy: the header gives the size, and ``load()`` runs only after the checks).
+:func:`preprocess_batch` also holds a request's images to one decoding budget
+(``max_request_pixels``, default ``spec.MAX_REQUEST_PIXELS``): the pixels every image will be
+decoded at, read from all the headers before the first image is decoded. Then it applies the
+EXIF orientation and
 converts every mode to 8-bit RGB: grayscale and 1-bit to gray RGB, palette through its colours,
 CMYK and YCbCr through Pillow's conversions, 16-bit grayscale scaled by 1/257, and transparent
 images (RGBA, LA, PA, palette or RGB with a transparent colour) composited onto white.
@@ -38,21 +42,25 @@ _RESAMPLING = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling
 _SIXTEEN_BIT_GRAY = ("I", "I;16", "I;16B", "I;16L", "I;16N")
 
 
-def check_dimensions(width: int, height: int) -> None:
+def check_dimensions(width: int, height: int, max_pixels: int = spec.MAX_IMAGE_PIXELS) -> None:
     """Refuse an image by the size its header declares, before it is decoded.
 
+    Args:
+        width, height: the declared size, in pixels.
+        max_pixels: the most pixels one image may declare (the step's ``max_image_pixels``).
+
     Raises:
-        OverLimit: more than ``spec.MAX_IMAGE_PIXELS`` pixels (a decompression bomb), a side over
+        OverLimit: more than ``max_pixels`` pixels (a decompression bomb), a side over
             ``spec.MAX_IMAGE_SIDE``, a zero side, or an aspect ratio over
             ``spec.MAX_ASPECT_RATIO``.
     """
     if width < 1 or height < 1:
         raise OverLimit(f"declares {width}x{height} pixels: an image needs both sides >= 1")
-    if width * height > spec.MAX_IMAGE_PIXELS:
+    if width * height > max_pixels:
         raise OverLimit(
             f"declares {width}x{height} = {width * height:,} pixels, over the limit of "
-            f"{spec.MAX_IMAGE_PIXELS:,} (40 MP); refused before decoding (decompression bomb "
-            "guard): downscale it first"
+            f"{max_pixels:,} ({_megapixels(max_pixels)}) per image (parameter max_image_pixels); "
+            "refused before decoding (decompression bomb guard): downscale it first"
         )
     if max(width, height) > spec.MAX_IMAGE_SIDE:
         raise OverLimit(
@@ -64,8 +72,30 @@ def check_dimensions(width: int, height: int) -> None:
         )
 
 
-def _open(data: bytes, min_side: int | None) -> Image.Image:
-    """Open, check the header, optionally ask the JPEG decoder for a reduced scale, load."""
+def _megapixels(pixels: int) -> str:
+    return f"{pixels / 1e6:g} MP"
+
+
+def open_image(
+    data: bytes, min_side: int | None = None, max_pixels: int = spec.MAX_IMAGE_PIXELS
+) -> Image.Image:
+    """Open one encoded file and check its header; nothing is decoded yet.
+
+    Args:
+        data: the file's bytes (JPEG, PNG or WebP).
+        min_side: when set, a large JPEG is set to decode at a reduced scale (1/2, 1/4, 1/8,
+            DCT scaling) whose shorter side is still at least this many pixels.
+        max_pixels: the most pixels the header may declare (:func:`check_dimensions`).
+
+    Returns:
+        A lazy Pillow image whose ``size`` is the size :func:`load_image` will decode it at
+        (the reduced one for a JPEG that ``min_side`` lets shrink), so ``width * height`` is
+        the decoding cost in pixels before any pixel is decoded.
+
+    Raises:
+        OverLimit: over ``spec.MAX_IMAGE_BYTES`` or a header limit.
+        InvalidRequest: empty, not an image of an accepted format, or an unreadable header.
+    """
     if len(data) == 0:
         raise InvalidRequest("is an empty file (0 bytes)")
     if len(data) > spec.MAX_IMAGE_BYTES:
@@ -74,15 +104,16 @@ def _open(data: bytes, min_side: int | None) -> Image.Image:
             "per image"
         )
     with warnings.catch_warnings():
-        # Between 1x and 2x MAX_IMAGE_PIXELS Pillow only warns; check_dimensions refuses those
-        # below with the size in its message. Above 2x Pillow raises before returning the image.
+        # Between 1x and 2x Image.MAX_IMAGE_PIXELS Pillow only warns; check_dimensions refuses
+        # those below with the size in its message. Above 2x Pillow raises before returning.
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
             image = Image.open(io.BytesIO(data), formats=spec.FORMATS)
         except Image.DecompressionBombError as exc:
             raise OverLimit(
-                f"is over the limit of {spec.MAX_IMAGE_PIXELS:,} pixels (40 MP); refused before "
-                f"decoding (decompression bomb guard: {exc})"
+                f"is over the limit of {max_pixels:,} pixels ({_megapixels(max_pixels)}) per "
+                "image (parameter max_image_pixels); refused before decoding (decompression "
+                f"bomb guard: {exc})"
             ) from exc
         except Image.UnidentifiedImageError as exc:
             truncated = truncation(data)
@@ -100,12 +131,23 @@ def _open(data: bytes, min_side: int | None) -> Image.Image:
             if truncated:
                 raise InvalidRequest(truncated) from exc
             raise InvalidRequest(f"has an unreadable {_format(data)} header: {exc}") from exc
-        check_dimensions(*image.size)
-        if min_side is not None and image.format == "JPEG":
-            # DCT scaling: decode at 1/2, 1/4 or 1/8 while the shorter side stays >= min_side.
-            scale = min_side / min(image.size)
-            if scale < 0.5:
-                image.draft("RGB", (int(image.size[0] * scale) + 1, int(image.size[1] * scale) + 1))
+    check_dimensions(*image.size, max_pixels=max_pixels)
+    if min_side is not None and image.format == "JPEG":
+        # DCT scaling: decode at 1/2, 1/4 or 1/8 while the shorter side stays >= min_side.
+        scale = min_side / min(image.size)
+        if scale < 0.5:
+            image.draft("RGB", (int(image.size[0] * scale) + 1, int(image.size[1] * scale) + 1))
+    return image
+
+
+def load_image(image: Image.Image, data: bytes) -> Image.Image:
+    """Decode an image from :func:`open_image` (``data``: its file, to name a truncation).
+
+    Raises:
+        InvalidRequest: truncated or corrupt.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
             image.load()
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
@@ -188,19 +230,25 @@ def to_rgb(image: Image.Image) -> Image.Image:
     return image if image.mode == "RGB" else image.convert("RGB")
 
 
-def decode_image(data: bytes, min_side: int | None = None) -> Image.Image:
+def decode_image(
+    data: bytes, min_side: int | None = None, max_pixels: int = spec.MAX_IMAGE_PIXELS
+) -> Image.Image:
     """Decode one encoded file into an upright 8-bit RGB Pillow image.
 
     Args:
         data: the file's bytes (JPEG, PNG or WebP).
         min_side: when set, a large JPEG may be decoded at a reduced scale (1/2, 1/4, 1/8)
             whose shorter side is still at least this many pixels (faster, same crop).
+        max_pixels: the most pixels its header may declare.
 
     Raises:
-        OverLimit: over a size limit (``spec``), checked before decoding.
+        OverLimit: over a size limit (``spec``, ``max_pixels``), checked before decoding.
         InvalidRequest: empty, not an image of an accepted format, truncated or corrupt.
     """
-    image = _open(data, min_side)
+    return _upright_rgb(load_image(open_image(data, min_side, max_pixels), data))
+
+
+def _upright_rgb(image: Image.Image) -> Image.Image:
     with contextlib.suppress(Exception):  # a broken EXIF block: keep the image as stored
         image = ImageOps.exif_transpose(image)
     return to_rgb(image)
@@ -231,29 +279,74 @@ def image_to_array(image: Image.Image, prep: Preprocessing) -> np.ndarray:
     return normalise(crop_resize(image, prep), prep)
 
 
-def preprocess_image(data: bytes, prep: Preprocessing = spec.EFFICIENTNET_LITE0) -> np.ndarray:
+def _min_side(prep: Preprocessing) -> int:
+    """The shorter side an image needs for ``prep``'s crop (a JPEG may decode down to it)."""
+    return int(np.ceil(prep.size / prep.crop_pct))
+
+
+def preprocess_image(
+    data: bytes,
+    prep: Preprocessing = spec.EFFICIENTNET_LITE0,
+    max_pixels: int = spec.MAX_IMAGE_PIXELS,
+) -> np.ndarray:
     """One encoded file → FP32 ``[3, size, size]`` model input (decode + crop + normalise).
 
     Raises:
         OverLimit, InvalidRequest: as :func:`decode_image`.
     """
-    min_side = int(np.ceil(prep.size / prep.crop_pct))
-    return image_to_array(decode_image(data, min_side=min_side), prep)
+    return image_to_array(decode_image(data, _min_side(prep), max_pixels), prep)
 
 
 def preprocess_batch(
-    files: Sequence[bytes], prep: Preprocessing = spec.EFFICIENTNET_LITE0, name: str = "IMAGE"
+    files: Sequence[bytes],
+    prep: Preprocessing = spec.EFFICIENTNET_LITE0,
+    name: str = "IMAGE",
+    max_pixels: int = spec.MAX_IMAGE_PIXELS,
+    max_request_pixels: int = spec.MAX_REQUEST_PIXELS,
 ) -> np.ndarray:
-    """Several encoded files → FP32 ``[n, 3, size, size]``.
+    """One request's encoded files → FP32 ``[n, 3, size, size]``.
+
+    Every header is read and checked first (:func:`open_image`); the pixels the images will be
+    decoded at (a JPEG at its reduced scale) are summed, and only a request within
+    ``max_request_pixels`` has any image decoded.
+
+    Args:
+        files: the request's encoded files.
+        prep: the model's preprocessing.
+        name: the input's name, used in messages (``IMAGE[i]``).
+        max_pixels: the most pixels one image's header may declare (``max_image_pixels``).
+        max_request_pixels: the most pixels the request's images may need decoded in all
+            (``max_request_pixels``).
 
     Raises:
         OverLimit, InvalidRequest: for the first bad file, its message prefixed with
-            ``IMAGE[i]`` (``name`` and its index).
+            ``IMAGE[i]`` (``name`` and its index); OverLimit over ``max_request_pixels``,
+            naming the first image that crosses it, the images' count and their pixels.
     """
-    arrays = []
-    for i, data in enumerate(files):
+    min_side = _min_side(prep)
+    opened, total, first_over = [], 0, None
+    for i, file in enumerate(files):
+        data = bytes(file)
         try:
-            arrays.append(preprocess_image(bytes(data), prep))
+            image = open_image(data, min_side, max_pixels)
+        except InvalidRequest as exc:
+            raise type(exc)(f"{name}[{i}] {exc}") from exc
+        opened.append((image, data))
+        total += image.size[0] * image.size[1]
+        if total > max_request_pixels and first_over is None:
+            first_over = i
+    if first_over is not None:
+        raise OverLimit(
+            f"{name}[{first_over}] puts the request over its decoding budget: its "
+            f"{len(files)} images need {total:,} pixels decoded, over the limit of "
+            f"{max_request_pixels:,} ({_megapixels(max_request_pixels)}) per request (parameter "
+            "max_request_pixels); refused before decoding: send fewer or smaller images per "
+            "request"
+        )
+    arrays = []
+    for i, (image, data) in enumerate(opened):
+        try:
+            arrays.append(image_to_array(_upright_rgb(load_image(image, data)), prep))
         except InvalidRequest as exc:
             raise type(exc)(f"{name}[{i}] {exc}") from exc
     return np.stack(arrays) if arrays else np.zeros((0, 3, prep.size, prep.size), np.float32)

@@ -33,10 +33,19 @@ ONNX_OPSET = 17
 CORE_VERSIONS: dict[int, str] = {1: "fp32", 2: "int8"}
 
 # --- input limits (checked by image_preprocess before anything is decoded) ----------------------
+# Pixels one image's header may declare (default of image_preprocess's max_image_pixels).
 # 40 megapixels: a 7,750 x 5,160 photo from a 40 MP camera fits; decoding one costs ~120 MB of
 # RGB. Pillow's own guard (Image.MAX_IMAGE_PIXELS, default ~89 MP, an error only at twice that)
 # is set to the same value where images are decoded, so both agree.
 MAX_IMAGE_PIXELS = 40_000_000
+# Pixels one request's images may need decoded in all (default of max_request_pixels). The
+# classifier needs only a 224 x 224 crop of a 256-pixel shorter side (0.07 MP) per image, and a
+# JPEG is decoded at a reduced scale down to that (a 40 MP JPEG costs 0.6 MP), but PNG and WebP
+# are decoded whole: ~9 ms per megapixel on one core (a single-colour 40 MP PNG: 0.36 s), and
+# 32 of them in one request held a stub for 24 s through the server on two cores. 120 MP is
+# three of the largest images a request may carry, or 32 PNGs of 3.75 MP (2,560 x 1,440): at
+# most a few seconds of one stub per request.
+MAX_REQUEST_PIXELS = 120_000_000
 MAX_IMAGE_SIDE = 16_383  # WebP's limit; larger JPEG/PNG sides are refused as absurd
 MAX_ASPECT_RATIO = 32  # longer side / shorter side: a 224 x 224 centre crop of a strip is noise
 MAX_IMAGE_BYTES = 20 * 1024 * 1024  # per encoded file (a 40 MP JPEG at quality 95 is ~15 MB)

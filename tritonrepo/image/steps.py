@@ -7,6 +7,7 @@ one-line subclasses of these.
 from __future__ import annotations
 
 import numpy as np
+from PIL import Image
 
 from tritonrepo.image import spec
 from tritonrepo.image.labels import read_labels
@@ -22,14 +23,27 @@ class PreprocessStep(PythonStep):
     INT32 ``[b, 1]`` → ``pixels`` FP32 ``[b, 3, 224, 224]`` (FP16 if the config's output says
     so; the step casts to the config's type) and ``K`` INT32 ``[b, 1]``.
 
-    Config parameter ``preprocessing`` (:attr:`PARAMETERS`): a key of ``spec.PREPROCESSING``
-    (the classifier's normalisation; default ``efficientnet_lite0``).
+    Config parameters (:attr:`PARAMETERS`):
+
+    * ``preprocessing``: a key of ``spec.PREPROCESSING`` (the classifier's normalisation;
+      default ``efficientnet_lite0``);
+    * ``max_image_pixels``: the most pixels (width x height) one image's header may declare;
+      default ``spec.MAX_IMAGE_PIXELS`` (40 MP: the photo of a 40 MP camera). Pillow's own
+      decompression-bomb guard is set to the same value in the stub;
+    * ``max_request_pixels``: the most pixels one request's images may need decoded in all,
+      read from their headers before any is decoded; a JPEG counts at the reduced scale it is
+      decoded at (down to a 256-pixel shorter side), PNG and WebP at full size; default
+      ``spec.MAX_REQUEST_PIXELS`` (120 MP: three of the largest images, or 32 images of
+      3.75 MP; ~9 ms of one core per megapixel, so a few seconds of one stub at most; the
+      derivation is in ``spec``). Keep it at least ``max_image_pixels``, or the largest images
+      are refused even alone.
 
     Raises (per request, as its error): InvalidRequest / OverLimit when any image of the
-    request is empty, not JPEG/PNG/WebP, truncated or corrupt, or over a size limit (checked
-    before decoding), naming the image (``IMAGE[i]``); the other requests of the dynamic batch
-    are served. A request is answered whole or not at all, since Triton gives one response per
-    request.
+    request is empty, not JPEG/PNG/WebP, truncated or corrupt, or over a size limit, naming the
+    image (``IMAGE[i]``); OverLimit when the request's images together are over
+    ``max_request_pixels``, naming the first image that crosses it. Size limits are checked from
+    the headers before anything is decoded. The other requests of the dynamic batch are served.
+    A request is answered whole or not at all, since Triton gives one response per request.
     """
 
     PARAMETERS = (
@@ -41,17 +55,46 @@ class PreprocessStep(PythonStep):
             "the classifier's resize and normalisation (spec.PREPROCESSING)",
             choices=tuple(spec.PREPROCESSING),
         ),
+        Parameter(
+            "max_image_pixels",
+            "int",
+            spec.MAX_IMAGE_PIXELS,
+            "pixels",
+            "the most pixels one image's header may declare; refused before decoding",
+            minimum=1,
+            maximum=spec.MAX_IMAGE_SIDE**2,
+        ),
+        Parameter(
+            "max_request_pixels",
+            "int",
+            spec.MAX_REQUEST_PIXELS,
+            "pixels",
+            "the most pixels one request's images may need decoded in all (JPEG at its reduced "
+            "scale); refused before decoding",
+            minimum=1,
+        ),
     )
 
     def setup(self) -> None:
         self.prep = spec.PREPROCESSING[self.settings["preprocessing"]]
+        self.max_image_pixels = self.settings["max_image_pixels"]
+        self.max_request_pixels = self.settings["max_request_pixels"]
+        # Pillow's guard (a warning above it, an error above twice it) follows the configured
+        # limit, so raising the limit is not undone by Pillow; one instance per process.
+        Image.MAX_IMAGE_PIXELS = self.max_image_pixels
 
     def prepare(self, inputs: dict[str, np.ndarray]) -> Outputs:
         if "IMAGE" not in inputs:  # optional in the ensemble config: see its comment
             raise InvalidRequest("input 'IMAGE' is missing")
         files = inputs["IMAGE"].reshape(-1)
         k = check_top_k(inputs.get("TOP_K"))
-        pixels = preprocess_batch([bytes(f) for f in files], self.prep, "IMAGE")
+        pixels = preprocess_batch(
+            [bytes(f) for f in files],
+            self.prep,
+            "IMAGE",
+            max_pixels=self.max_image_pixels,
+            max_request_pixels=self.max_request_pixels,
+        )
         return {"pixels": pixels, "K": np.full((len(files), 1), k, dtype=np.int32)}
 
     def run(self, items: list[Outputs]) -> list[Outputs | Exception]:

@@ -6,7 +6,8 @@ import os
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +72,20 @@ def key_file(server: TritonServer, directory: Path) -> Path:
     path = directory / f"{server.options.http_port}.key"
     path.write_text(server.options.repository_key or "")
     return path
+
+
+def wait_for(what: str, condition: Callable[[], bool], deadline_s: float) -> float:
+    """Poll ``condition`` every 0.1 s until it is true; the seconds that took.
+
+    Raises:
+        AssertionError: not true within ``deadline_s`` seconds (``what`` says what).
+    """
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > deadline_s:
+            raise AssertionError(f"{what} not reached within {deadline_s:.0f} s")
+        time.sleep(0.1)
+    return time.monotonic() - start
 
 
 @pytest.fixture(scope="session")

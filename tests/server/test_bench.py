@@ -32,7 +32,11 @@ def test_percentiles_are_numpys():
 
 
 def test_closed_loop_keeps_concurrency_and_counts_errors():
-    in_flight, peak = [0], [0]
+    """4 workers keep 4 calls in flight (each call waits, up to 10 s, until 4 were in flight
+    at once, so a harness that kept fewer fails here rather than by chance); every refused
+    call is an error, none of them a latency; the figures are consistent with each other."""
+    in_flight, peak, calls = [0], [0], {"ok": 0, "bad": 0}
+    all_in_flight = threading.Event()
     lock = threading.Lock()
 
     def make():
@@ -40,7 +44,11 @@ def test_closed_loop_keeps_concurrency_and_counts_errors():
             with lock:
                 in_flight[0] += 1
                 peak[0] = max(peak[0], in_flight[0])
+                calls["bad" if request == "bad" else "ok"] += 1
+                if in_flight[0] == 4:
+                    all_in_flight.set()
             try:
+                all_in_flight.wait(10)
                 if request == "bad":
                     raise ValueError("refused")
                 threading.Event().wait(0.01)
@@ -50,10 +58,15 @@ def test_closed_loop_keeps_concurrency_and_counts_errors():
 
         return call, lambda: None
 
-    m = run_closed_loop(make, ["ok", "ok", "ok", "bad"], 4, duration_s=0.5, warmup_s=0.1)
-    assert peak[0] == 4
-    assert m.errors > 0 and m.requests > 0
-    assert m.p50_ms == pytest.approx(10, abs=8)
+    duration_s = 0.5
+    m = run_closed_loop(make, ["ok", "ok", "ok", "bad"], 4, duration_s, warmup_s=0.1)
+    assert peak[0] == 4 and m.concurrency == 4
+    assert m.errors == calls["bad"] > 0  # every refused call, warm-up included
+    assert 0 < m.requests <= calls["ok"]  # answered calls inside the window only
+    assert m.throughput == pytest.approx(m.requests / duration_s)
+    percentiles = [m.p50_ms, m.p95_ms, m.p99_ms]
+    assert all(np.isfinite(percentiles)) and 0 < m.p50_ms <= m.p95_ms <= m.p99_ms, m
+    assert m.p50_ms >= 9.9, m  # a latency spans the whole call, its 10 ms wait included
 
 
 def _system(key, load, throughputs, p99=100.0, **values):

@@ -161,6 +161,20 @@ class Load:
         with self.lock:
             return [o for o in self.outcomes if o.error]
 
+    def sent_after(self, moment: float) -> int:
+        """Outcomes (answers and errors) of requests sent after ``moment`` (time.monotonic)."""
+        with self.lock:
+            return sum(o.sent > moment for o in self.outcomes)
+
+    def wait_outcomes(self, what: str, moment: float, count: int = 4) -> None:
+        """Wait until ``count`` requests sent after ``moment`` have their outcome (each worker
+        about one), for at most ``REQUEST_DEADLINE_S`` seconds.
+
+        Raises:
+            AssertionError: not within that deadline (``what`` says what was awaited).
+        """
+        wait_for(what, lambda: self.sent_after(moment) >= count, REQUEST_DEADLINE_S)
+
 
 class WrongAnswer(AssertionError):
     """A request was answered, but not with the expected result."""
@@ -192,17 +206,18 @@ def test_unloading_a_step_mid_flight_fails_cleanly_and_a_reload_serves(control_s
         re.I,
     )
     with Load(embedding_call(control_server, reference)) as load, repo_for(control_server) as repo:
-        time.sleep(1.5)  # requests in flight at every step
+        load.wait_outcomes("answers before the unload", 0.0)  # requests in flight at every step
         repo.unload(spec.NORMALIZE_MODEL)
         repo.wait_until(spec.NORMALIZE_MODEL, [1], timeout_s=DRAIN_DEADLINE_S)
+        unloaded = time.monotonic()
         with pytest.raises(ClientError) as gone:  # deterministic: sent while the step is gone
             embed(control_server, TEXTS)
         assert step_gone.search(str(gone.value)), str(gone.value)
         assert control_server.check_health(live_only=True)[0].ok
-        time.sleep(1.0)
+        load.wait_outcomes("requests meeting the missing step", unloaded)
         repo.load(spec.ENSEMBLE)  # loading the ensemble loads its missing step
         reloaded = time.monotonic()
-        time.sleep(1.5)
+        load.wait_outcomes("answers after the reload", reloaded)
     errors = load.failures()
     unclear = [o for o in errors if not step_gone.search(o.error or "")]
     assert not unclear, f"errors that do not name the missing step: {unclear[:3]}"
@@ -236,10 +251,10 @@ def test_corrupt_version_uploaded_by_rollout_leaves_the_serving_version(control_
             raise WrongAnswer(f"ranking changed: {got.as_dict()} vs {before.as_dict()}")
 
     with Load(rank) as load, repo_for(control_server) as repo:
-        time.sleep(1.0)
+        load.wait_outcomes("answers before the rollout", 0.0)
         with pytest.raises(RolloutError, match=r"failed at stage.*restored the previous policy"):
             rollout(repo, ctr_spec.CORE_MODEL, 9, source_dir=source)
-        time.sleep(1.0)
+        load.wait_outcomes("answers after the failed rollout", time.monotonic(), count=6)
         assert repo.versions(ctr_spec.CORE_MODEL) == [1]
         assert repo.ready(ctr_spec.RANKING_ENSEMBLE) and repo.ready(ctr_spec.SESSION_MODEL)
     failures = load.failures()

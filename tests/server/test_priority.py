@@ -21,7 +21,7 @@ import pytest
 
 from benchmarks.priority import REALTIME_TEXT, BulkFlood, flood
 from reference_data.text_corpus import real_texts
-from tests.conftest import client_cli
+from tests.conftest import client_cli, wait_for
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.text import spec
 from tritonrepo_client import ClientError, EmbeddingClient, RepositoryClient
@@ -98,7 +98,11 @@ def test_a_full_bulk_queue_refuses_at_once_while_realtime_is_served(control_serv
             BulkFlood(options.grpc_url, "grpc", real_texts(16), clients=12) as bulk,
             EmbeddingClient(options.http_url, "http", retry=NO_RETRY) as realtime,
         ):
-            time.sleep(2)
+            wait_for(  # the flood has filled the bulk queue and got answers
+                "a bulk request refused and one served",
+                lambda: bool(bulk.failed or (bulk.refused and bulk.served_ms)),
+                DEADLINE_S,
+            )
             for _ in range(4):
                 try:
                     realtime.embed([REALTIME_TEXT], timeout_s=DEADLINE_S)

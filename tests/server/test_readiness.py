@@ -16,7 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import client_cli, key_file, require_artifacts, server_options
+from tests.conftest import (
+    client_cli,
+    key_file,
+    require_artifacts,
+    server_options,
+    wait_for,
+)
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.server.launcher import TritonServer
@@ -113,10 +119,12 @@ USER_ENSEMBLE = "user_embedding"
 SLOW = "user_slow_initialize"
 SLOW_MODEL_PY = b"""
 import time
+from pathlib import Path
 
 
 class TritonPythonModel:
     def initialize(self, args):
+        (Path(args["model_repository"]) / "initialize-started").touch()
         time.sleep(25)  # LOADING for 25 s (test_readiness)
 
     def execute(self, requests):
@@ -236,11 +244,14 @@ def test_models_stuck_loading_or_failed_are_named_without_failing_the_verdict(
         assert "initialize fails on purpose" in out.stdout
         assert "ok   ready: all 1 served models READY and answering" in out.stdout
 
+        marker = Path(server.options.model_repository) / SLOW / "initialize-started"
+        marker.unlink(missing_ok=True)
         loading = threading.Thread(target=repo.load, args=(SLOW,), daemon=True)
-        started = time.monotonic()
         loading.start()
         try:
-            time.sleep(2)  # the load request has reached Triton, initialize sleeps 25 s
+            # Triton runs the model's initialize (it then sleeps 25 s, the model LOADING).
+            wait_for(f"{SLOW}'s initialize", marker.exists, deadline_s=60)
+            started = time.monotonic()
             out = cli(server, "health", "--model", spec.ENSEMBLE)
             print(out.stdout)
             assert time.monotonic() - started < 20, "health waited for the load to end"

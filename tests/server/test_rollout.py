@@ -21,7 +21,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from tests.conftest import client_cli, key_file, require_artifacts, server_options
+from tests.conftest import client_cli, key_file, require_artifacts, server_options, wait_for
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo.text import spec
@@ -48,6 +48,8 @@ PROBES = [
 SAME = 1 - 1e-7  # min cosine of a response with the reference of the version that produced it
 APART = 1 - 1e-6  # max cosine between the two versions' references, for every probe
 ENCODER_DIR = MODEL_REPOSITORY / spec.ENCODER_MODEL
+STEADY_ANSWERS = 4  # answers per ensemble client that make a steady state (3 states: >= 48)
+STEADY_DEADLINE_S = 120.0
 
 
 @pytest.fixture(scope="module")
@@ -216,18 +218,31 @@ def repo_for(server: TritonServer, protocol: str = "http") -> RepositoryClient:
     )
 
 
+def steady(load: LoadRun, since: float, what: str) -> float:
+    """Wait until every ensemble client has ``STEADY_ANSWERS`` requests sent and answered since
+    ``since`` (a steady state), for at most ``STEADY_DEADLINE_S``; the time then.
+
+    Raises:
+        AssertionError: not within the deadline (``what`` says which state).
+    """
+
+    def reached() -> bool:
+        clients = [o.client for o in load.between(since, time.monotonic())]
+        return len(set(clients)) == 4 and min(map(clients.count, set(clients))) >= STEADY_ANSWERS
+
+    wait_for(what, reached, STEADY_DEADLINE_S)
+    return time.monotonic()
+
+
 def test_rollout_and_rollback_under_load_drop_nothing(control_server, references):
     with LoadRun(control_server, references) as load, repo_for(control_server, "grpc") as repo:
-        time.sleep(2.0)  # steady state on version 1
-        t0 = time.monotonic()
+        t0 = steady(load, 0.0, "steady state on version 1")
         to_v2 = rollout(repo, spec.ENCODER_MODEL, 2)
         t1 = time.monotonic()
-        time.sleep(2.0)  # steady state on version 2
-        t2 = time.monotonic()
+        t2 = steady(load, t1, "steady state on version 2")
         to_v1 = rollback(repo, spec.ENCODER_MODEL)
         t3 = time.monotonic()
-        time.sleep(2.0)  # steady state on version 1 again
-        t4 = time.monotonic()
+        t4 = steady(load, t3, "steady state on version 1 again")
         assert repo.versions(spec.ENCODER_MODEL) == [1]
     ensemble = [o for o in load.observations if o.pinned is None]
     pinned = [o for o in load.observations if o.pinned is not None]

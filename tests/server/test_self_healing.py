@@ -11,6 +11,7 @@ generous deadline.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import client_cli, key_file, require_artifacts, server_options
+from tests.conftest import client_cli, key_file, require_artifacts, server_options, wait_for
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.server.launcher import TritonServer
@@ -45,7 +46,7 @@ KINDS = {
     SESSION: (SESSION,),
 }
 RECOVERY_DEADLINE_S = 45.0  # generous: two shared cores
-AFTER_RECOVERY_S = 1.5  # load kept up after a recovery, whose requests must all succeed
+AFTER_RECOVERY_REQUESTS = 20  # load kept up after a recovery, whose requests must all succeed
 
 
 @dataclass
@@ -140,11 +141,21 @@ def test_a_dead_step_of_every_kind_is_restored_under_load(healing_server):
     (a new pid for the instance), requests succeed again, none fails after the recovery."""
     rows = []
     with Load(healing_server.options.http_url, (spec.ENSEMBLE, RANKING, SESSION)) as load:
-        time.sleep(1.0)
+        wait_for(
+            "an answer from every model",
+            lambda: all(load.window((m,), 0.0, math.inf) for m in load.models),
+            RECOVERY_DEADLINE_S,
+        )
         for kind, served in KINDS.items():
             killed_at, report, _ = kill_and_wait_for_restore(healing_server, kind)
             recovered_at = time.monotonic()
-            time.sleep(AFTER_RECOVERY_S)
+            wait_for(
+                f"{kind}: {AFTER_RECOVERY_REQUESTS} requests answered after the recovery",
+                lambda s=served, t=recovered_at: (
+                    len(load.window(s, t, math.inf)) >= AFTER_RECOVERY_REQUESTS
+                ),
+                RECOVERY_DEADLINE_S,
+            )
             before = load.window(served, killed_at, recovered_at)
             after = load.window(served, recovered_at, time.monotonic())
             failed_after = [r for r in after if r[3] is not None]
@@ -179,6 +190,16 @@ def cli(server: TritonServer, *args: str):
     )
 
 
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (no longer listed, or a zombie its parent has not
+    reaped yet: /proc/PID/stat state Z or X)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
 def kill_stub(server: TritonServer, instance: str) -> int:
     pid = stub_pid(server, instance)
     assert pid, f"no stub {instance}"
@@ -191,7 +212,7 @@ def test_cli_heal_restores_a_killed_stub(plain_server):
     (exit 0, a new pid), and a second `heal` has nothing to do but say the model serves."""
     instance = f"{spec.TOKENIZE_MODEL}_0_0"
     old_pid = kill_stub(plain_server, instance)
-    time.sleep(0.5)
+    wait_for(f"stub {old_pid} gone", lambda: process_gone(old_pid), RECOVERY_DEADLINE_S)
     health = cli(plain_server, "health", "--model", spec.ENSEMBLE)
     assert health.returncode == 1, health.stdout
     assert f"Stub process '{instance}' is not healthy" in health.stdout

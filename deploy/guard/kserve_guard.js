@@ -4,14 +4,20 @@
 //   infer(r)     POST /v2/models/<m>[/versions/<v>]/infer, .../generate, .../generate_stream
 //   jsonBody(r)  every other POST (repository, trace, logging, shared-memory APIs)
 // Each handler either refuses the request (400 and {"error": "..."}, the way Triton's HTTP
-// frontend phrases its errors) or hands it, body unchanged, to the location @triton.
-// What each check covers (the Triton fix, the release that has it): docs/operations/http_guard.md.
+// frontend phrases its errors) or hands it to the location @triton, body unchanged, or, for an
+// infer request whose queue timeout the guard lowers (see queueTimeout), to @triton_deadline with
+// the body that carries it. What each check covers (the Triton fix, the release that has it):
+// docs/operations/http_guard.md; the deadlines: docs/operations/reliability.md.
 //
 // Settings, rendered into the config as js_var (tritonrepo/server/http_guard_config.py):
 //   $guard_max_depth         deepest JSON nesting accepted (objects and arrays), levels
 //   $guard_max_tensor_bytes  largest input tensor (elements x datatype size), bytes
 //   $guard_max_json_bytes    largest JSON text parsed (a JSON body, or the JSON header of a
 //                            binary request), bytes: JSON.parse holds the whole value in memory
+//   $guard_max_timeout_us    longest queue timeout an infer request is sent with, µs (shorter
+//                            than the guard's own wait for Triton's answer)
+// and, set here for @triton_deadline: $guard_body (the rewritten body), $guard_header_length
+// (its Inference-Header-Content-Length, empty for a JSON body).
 
 // Bytes per element (KServe v2 datatypes, Triton's TRITONSERVER_DataTypeByteSize); BYTES
 // elements have no fixed size (4-byte length prefix + the bytes in binary form).
@@ -23,6 +29,9 @@ const BYTES_PREFIX = 4;  // length prefix of one BYTES element in binary form
 const MAX_EXACT = 9007199254740991;  // 2^53 - 1: integers a double holds exactly
 const INFER_PATH = /^\/v2\/models\/([^\/]+)(?:\/versions\/([0-9]+))?\/(infer|generate|generate_stream)$/;
 const SAFE_NAME = /^[A-Za-z0-9_.\-]+$/;
+// A caller's deadline in milliseconds (an HTTP header; Triton itself reads none).
+const TIMEOUT_HEADER = 'triton-timeout-ms';
+const MAX_HEADER_MS = 999999999;  // 9 digits: about 11.5 days, above any cap
 
 function setting(r, name, fallback) {
     const value = Number(r.variables[name]);
@@ -63,8 +72,16 @@ function jsonText(r, body, jsonBytes) {
     return { text: jsonBytes === body.length ? body.toString() : body.slice(0, jsonBytes).toString() };
 }
 
-function pass(r) {
-    r.internalRedirect('@triton');
+// Hand the request to Triton: unchanged, or with `rewrite` ({ body, jsonBytes, headerGiven }
+// from withTimeout) as its body.
+function pass(r, rewrite) {
+    if (!rewrite) {
+        r.internalRedirect('@triton');
+        return;
+    }
+    r.variables.guard_body = rewrite.body;
+    r.variables.guard_header_length = rewrite.headerGiven ? String(rewrite.jsonBytes) : '';
+    r.internalRedirect('@triton_deadline');
 }
 
 function isObject(v) {
@@ -112,7 +129,8 @@ function occurrences(text, part) {
     return text.split(part).length - 1;
 }
 
-// Parse the request JSON, or say why not: { error: [rule, message] }. Refuses nesting deeper
+// Parse the request JSON, or say why not: { error: [rule, message] }; else { value,
+// approximated } (approximated: NaN/Infinity were read as 0 for the checks). Refuses nesting deeper
 // than $guard_max_depth (njs' own JSON.parse stops at 31 levels) and duplicate keys: Triton's
 // parser (rapidjson) reads the first of two equal keys, JavaScript the last, so a duplicate
 // could show this guard one value and Triton another.
@@ -153,7 +171,7 @@ function parseJson(r, text) {
     if (occurrences(checked, ':') + escaped !== acc.colons) {
         return { error: ['json_duplicate_key', 'the request JSON has a duplicate key'] };
     }
-    return { value: value };
+    return { value: value, approximated: checked !== text };
 }
 
 // Element count of `shape` (double math, exact below 2^53), or [rule, message].
@@ -331,9 +349,64 @@ function checkInferRequest(r, request, jsonBytes, bodyBytes, headerGiven) {
     return checkOutputs(request.outputs);
 }
 
+// The queue timeout (µs) an infer request is sent on with: the lowest of its own `timeout`
+// parameter (absent or 0: none), the caller's Triton-Timeout-Ms header (ms) and
+// $guard_max_timeout_us, so that Triton drops a request nobody waits for from its queues
+// instead of running it (Triton gives up on a queued request after its timeout when the
+// model's queue policy has allow_timeout_override, which every batching model here has).
+// { error: [rule, message] } for a bad header; else { timeoutUs, own } (own: the request's).
+function queueTimeout(r, params) {
+    const cap = setting(r, 'guard_max_timeout_us', 600000000);
+    const headers = r.rawHeadersIn.filter((h) => h[0].toLowerCase() === TIMEOUT_HEADER);
+    if (headers.length > 1) {
+        return { error: ['timeout_header', 'Triton-Timeout-Ms is given more than once'] };
+    }
+    let wanted = cap;
+    if (headers.length === 1) {
+        const value = headers[0][1].trim();
+        if (!/^[0-9]{1,9}$/.test(value) || Number(value) === 0) {
+            return { error: ['timeout_header', `Triton-Timeout-Ms must be a whole number of milliseconds from 1 to ${MAX_HEADER_MS}, got: ${value}`] };
+        }
+        wanted = Math.min(wanted, Number(value) * 1000);
+    }
+    const own = isObject(params) && isUint(params.timeout) && params.timeout > 0 ? params.timeout : 0;
+    return { timeoutUs: own ? Math.min(own, wanted) : wanted, own: own };
+}
+
+// The request body with `timeout` = timeoutUs, or null when it cannot be rewritten exactly
+// (the request then goes on unchanged). A "parameters" object is written first in the request
+// JSON: Triton's parser reads the first of two equal keys (rapidjson FindMember), so a
+// "parameters" further on is not read, and its fields are copied into the new one. Only that
+// object is serialized again; the rest of the body (inputs, binary data) is copied byte for
+// byte. Returns { body, jsonBytes } (jsonBytes: the new JSON's length).
+function withTimeout(body, text, jsonBytes, parsed, timeoutUs) {
+    const request = parsed.value;
+    const brace = text.indexOf('{');  // only JSON whitespace (one byte a character) before it
+    let params = { timeout: timeoutUs };
+    if (request.parameters !== undefined) {
+        if (parsed.approximated) {
+            return null;  // NaN/Infinity were read as 0: the parameters cannot be copied
+        }
+        params = Object.assign({}, request.parameters, { timeout: timeoutUs });
+        for (const key in params) {
+            const v = params[key];
+            // Integers past 2^53 would be rounded; objects and arrays Triton refuses itself.
+            if ((typeof v === 'number' && !Number.isSafeInteger(v) && Number.isInteger(v))
+                || (v !== null && typeof v === 'object')) {
+                return null;
+            }
+        }
+    }
+    const head = Buffer.from('{"parameters":' + JSON.stringify(params) + ',');
+    return {
+        body: Buffer.concat([head, body.slice(brace + 1)]),
+        jsonBytes: jsonBytes - (brace + 1) + head.length,
+    };
+}
+
 // class_count on an output whose datatype is BYTES divides by zero in Triton 2.51
 // (TopkClassifications): ask the model's metadata for the outputs' datatypes first.
-async function checkClassified(r, model, version, names) {
+async function checkClassified(r, model, version, names, rewrite) {
     const raw = r.variables.request_uri.split('?')[0];
     if (raw !== r.uri || !SAFE_NAME.test(model)) {
         refuse(r, 'classification_unverifiable', 'classification needs a plain path and a model name of letters, digits, _ . -');
@@ -364,7 +437,7 @@ async function checkClassified(r, model, version, names) {
             return;
         }
     }
-    pass(r);
+    pass(r, rewrite);
 }
 
 function infer(r) {
@@ -411,13 +484,24 @@ function infer(r) {
     if (checked.error) {
         return refuse(r, checked.error[0], checked.error[1]);
     }
+    const deadline = queueTimeout(r, parsed.value.parameters);
+    if (deadline.error) {
+        return refuse(r, deadline.error[0], deadline.error[1]);
+    }
+    let rewrite = null;
+    if (deadline.timeoutUs !== deadline.own) {
+        rewrite = withTimeout(body, json.text, jsonBytes, parsed, deadline.timeoutUs);
+        if (rewrite) {
+            rewrite.headerGiven = headers.length === 1;
+        }
+    }
     if (checked.classified.length === 0) {
-        return pass(r);
+        return pass(r, rewrite);
     }
     if (!route) {
         return refuse(r, 'classification_unverifiable', 'classification needs a path /v2/models/<model>[/versions/<version>]/infer');
     }
-    checkClassified(r, route[1], route[2], checked.classified)
+    checkClassified(r, route[1], route[2], checked.classified, rewrite)
         .catch((e) => refuse(r, 'classification_unverifiable', `cannot read the output datatypes: ${e.message}`));
 }
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tritonrepo.paths import REPO_ROOT
+from tritonrepo.server.queue_policy import CORE_CPU, CORE_GPU, QueuePolicy
 
 GUARD_DIR = REPO_ROOT / "deploy" / "guard"
 TEMPLATE = GUARD_DIR / "nginx.conf.template"
@@ -45,6 +46,39 @@ DEFAULT_MAX_TENSOR_BYTES = 1 << 30
 DEFAULT_MAX_JSON_BYTES = 16 << 20
 
 
+def longest_queue_timeout_s(policies: tuple[QueuePolicy, ...] = (CORE_CPU, CORE_GPU)) -> int:
+    """The longest a request may wait in a core model's queue, whole seconds: the largest
+    ``default_timeout_microseconds`` of any priority level (bulk: 600 s)."""
+    levels = [level for p in policies for level in (p.default, *p.per_level.values())]
+    return max(level.timeout_us for level in levels) // 1_000_000
+
+
+# Longest queue timeout an inference request goes on with, s: the core models' longest (the
+# bulk level's 10 min), so no level's promise is cut short. The guard lowers a request's
+# `timeout` parameter (µs) to it, or to the caller's Triton-Timeout-Ms header when lower.
+DEFAULT_MAX_REQUEST_TIMEOUT_S = longest_queue_timeout_s()
+# Time left after a request's last queue for its steps to run and the answer to start, s: a
+# bulk batch of 64 texts takes about 1 s on 2 CPU cores; a minute covers a loaded GPU host.
+RUN_ALLOWANCE_S = 60
+# How long the guard waits for Triton's answer (proxy_read_timeout), s.
+DEFAULT_UPSTREAM_TIMEOUT_S = DEFAULT_MAX_REQUEST_TIMEOUT_S + RUN_ALLOWANCE_S
+# Each try of a health or readiness probe, ms (3 tries on new connections): Triton answers
+# them from its HTTP thread without queueing, in under 0.15 s on a loaded 2-core host.
+DEFAULT_PROBE_TIMEOUT_MS = 500
+PROBE_TRIES = 3  # the probe upstream lists the server this many times
+
+
+POSITIVE_SETTINGS = (
+    "max_body_bytes",
+    "max_depth",
+    "max_tensor_bytes",
+    "max_json_bytes",
+    "max_request_timeout_s",
+    "upstream_timeout_s",
+    "probe_timeout_ms",
+)
+
+
 @dataclass(frozen=True)
 class GuardSettings:
     """What the guard accepts and where it forwards.
@@ -58,6 +92,13 @@ class GuardSettings:
         max_json_bytes: largest JSON text parsed (a JSON body or the JSON header of a binary
             request), bytes (larger: 413).
         workers: nginx ``worker_processes`` (``auto`` = one per core).
+        max_request_timeout_s: longest queue timeout an inference request is sent on with,
+            seconds: the guard lowers a request's ``timeout`` parameter to it (and to a
+            ``Triton-Timeout-Ms`` header), so Triton drops from its queues a request the guard
+            has stopped waiting for.
+        upstream_timeout_s: how long the guard waits for Triton's answer, seconds (nginx
+            ``proxy_read_timeout``); more than ``max_request_timeout_s``.
+        probe_timeout_ms: each of the 3 tries of a health or readiness request, ms.
         resolve: re-resolve the upstream's name while running (``server ... resolve``, nginx
             >= 1.27.3) with this DNS server; None = resolve once at start.
     """
@@ -69,13 +110,22 @@ class GuardSettings:
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES
     max_json_bytes: int = DEFAULT_MAX_JSON_BYTES
     workers: str = "auto"
+    max_request_timeout_s: int = DEFAULT_MAX_REQUEST_TIMEOUT_S
+    upstream_timeout_s: int = DEFAULT_UPSTREAM_TIMEOUT_S
+    probe_timeout_ms: int = DEFAULT_PROBE_TIMEOUT_MS
     resolve: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_depth", "max_tensor_bytes", "max_json_bytes"):
+        for name in POSITIVE_SETTINGS:
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        if self.upstream_timeout_s <= self.max_request_timeout_s:
+            raise ValueError(
+                f"upstream_timeout_s ({self.upstream_timeout_s}) must be longer than "
+                f"max_request_timeout_s ({self.max_request_timeout_s}): the guard would stop "
+                "waiting for requests Triton still queues"
+            )
 
 
 @dataclass(frozen=True)
@@ -113,14 +163,14 @@ def render(settings: GuardSettings, paths: GuardPaths) -> str:
     Raises:
         ValueError: a placeholder of the template has no value (template and renderer disagree).
     """
+    resolve = " resolve" if settings.resolve else ""
+    upstream = f"    server {settings.upstream}{resolve};"
+    # The probe upstream: the same server PROBE_TRIES times (one try each), never marked down.
+    probe = "\n".join([f"    server {settings.upstream}{resolve} max_fails=0;"] * PROBE_TRIES)
     if settings.resolve:
-        upstream = (
-            "    zone triton 64k;\n"
-            f"    resolver {settings.resolve} valid=10s ipv6=off;\n"
-            f"    server {settings.upstream} resolve;"
-        )
-    else:
-        upstream = f"    server {settings.upstream};"
+        resolver = f"    resolver {settings.resolve} valid=10s ipv6=off;\n"
+        upstream = f"    zone triton 64k;\n{resolver}{upstream}"
+        probe = f"    zone triton_probe 64k;\n{resolver}{probe}"
     values = {
         "NJS_MODULE": paths.njs_module,
         "WORKERS": settings.workers,
@@ -134,6 +184,11 @@ def render(settings: GuardSettings, paths: GuardPaths) -> str:
         "MAX_JSON_BYTES": str(settings.max_json_bytes),
         "MAX_BODY": str(settings.max_body_bytes),
         "UPSTREAM": upstream,
+        "PROBE_UPSTREAM": probe,
+        "UPSTREAM_TIMEOUT": str(settings.upstream_timeout_s),
+        "MAX_REQUEST_TIMEOUT_US": str(settings.max_request_timeout_s * 1_000_000),
+        "PROBE_TIMEOUT_MS": str(settings.probe_timeout_ms),
+        "PROBE_TRIES": str(PROBE_TRIES),
         "LISTEN": settings.listen,
     }
     text = TEMPLATE.read_text()

@@ -21,6 +21,13 @@ e.g. image_classification's, is built by its own module):
 
 A model whose recorded source digest equals the current one is left as it is (so
 ``make artifacts`` is quick when nothing changed). Exit 1 when a build or parity check fails.
+
+It builds nothing (exit 1) when the Python-backend stubs would import a numpy they cannot
+serve with (:mod:`tritonrepo.server.stub_numpy`; numpy 2 with the 2.51 stubs): the models
+would not serve, and the parity check and the INT8 calibration would run the preprocess
+function under numpy 2's type promotion (NEP 50), not the served steps' numpy 1.26. numpy 2
+in this process alone (the stubs pointed at another environment with
+``TRITONREPO_STUB_PYTHON``) is not refused.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from builders.pipeline.graph import ModelSourceError, obtain_model
 from builders.pipeline.in_process import InProcess
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo.pipelines.description import DescriptionError, Pipeline, discover, import_ref, load
+from tritonrepo.server import stub_numpy
 
 PARITY_ATOL = 1e-4  # max |batch N - batch 1| per output element (FP32 ONNX Runtime, CPU)
 INT8_VERSION = 2
@@ -215,6 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="pipelines to build (default: all)")
     parser.add_argument("--repository", type=Path, default=MODEL_REPOSITORY)
     args = parser.parse_args(argv)
+    refused = stub_numpy.refusal("nothing built")
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 1
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
     paths = [PIPELINES / n / "pipeline.toml" for n in args.names] or discover(PIPELINES)

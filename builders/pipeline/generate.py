@@ -12,6 +12,12 @@ and the recorded one was edited by hand and is left alone (the run fails, naming
 ``--force``. A file generated before that the description no longer makes (a config set or
 a step renamed away) is removed, unless edited by hand. ``--check`` writes nothing and exits 1
 when a file would change.
+
+Before anything else it checks the numpy the Python-backend stubs would import
+(:mod:`tritonrepo.server.stub_numpy`), and refuses (exit 1, nothing written) when they could
+not serve with it: the pipeline would not serve, and the checks here would judge the functions
+by another numpy's rules than the served steps run under (numpy 2 changed type promotion,
+NEP 50, so a dtype that passes here may not be the served one).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from builders.pipeline import render
 from builders.pipeline.checks import Checked, check
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo.pipelines.description import DescriptionError, Pipeline, load
+from tritonrepo.server import stub_numpy
 
 MANIFEST = "generated_files.json"
 # After a run that wrote files: build the described pipelines' core models (not every shipped
@@ -211,6 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmd.add_argument("--force", action="store_true", help="overwrite hand edits and clashes")
     cmd.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
     args = parser.parse_args(argv)
+    refused = stub_numpy.refusal("nothing generated")
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 1
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))  # pipelines.<name> imports, from any directory
     source = args.source or PIPELINES / args.name / "pipeline.toml"

@@ -2,7 +2,8 @@
 
 :func:`tritonserver_command` is the whole command line of one server (the same for each restart
 of it: ports, ``--model-config-name``, ``--load-model`` list, repository key); :func:`preflight`
-refuses to start on a missing repository or model, a failing artifact check
+refuses to start on a numpy the Python-backend stubs cannot serve with
+(:mod:`tritonrepo.server.stub_numpy`), a missing repository or model, a failing artifact check
 (:mod:`tritonrepo.server.preflight`) or a port in use. Used by
 :class:`tritonrepo.server.launcher.TritonServer`.
 """
@@ -13,7 +14,7 @@ import socket
 from pathlib import Path
 
 from tritonrepo.server import preflight as artifact_preflight
-from tritonrepo.server import repository_key
+from tritonrepo.server import repository_key, stub_numpy
 from tritonrepo.server.embedded_server import LaunchError, tritonserver_binary, visible_gpus
 from tritonrepo.server.options import GPU_CONFIG_SETS, ServerOptions
 
@@ -116,10 +117,14 @@ def preflight(o: ServerOptions) -> None:
     """The checks before starting a server for ``o``.
 
     Raises:
-        LaunchError: the repository or a model is missing, an artifact check fails (the first
-            error, :mod:`tritonrepo.server.preflight`), or a port (HTTP, gRPC, metrics, the
-            supervisor's) is in use on ``o.host``.
+        LaunchError: the Python-backend stubs would import a numpy they cannot serve with
+            (:mod:`tritonrepo.server.stub_numpy`), the repository or a model is missing, an
+            artifact check fails (the first error, :mod:`tritonrepo.server.preflight`), or a
+            port (HTTP, gRPC, metrics, the supervisor's) is in use on ``o.host``.
     """
+    numpy = stub_numpy.check()
+    if numpy.level == "error":
+        raise LaunchError(f"preflight: {numpy.message}")
     repo = Path(o.model_repository)
     if not repo.is_dir():
         raise LaunchError(f"model repository {repo} does not exist")

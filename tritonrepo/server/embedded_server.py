@@ -2,9 +2,10 @@
 
 ``nvidia-pytriton==0.7.0`` bundles ``tritonserver`` 2.51.0, the Python backend and one Python-
 backend stub per Python version. :func:`assemble_backend_directory` lays out
-``--backend-directory`` from it and this repository's Python-based backends; :func:`library_path`
-and :func:`stub_python` give the server's environment; :func:`visible_gpus` sizes the CUDA
-memory pool of the GPU config sets. Used by :mod:`tritonrepo.server.launcher`.
+``--backend-directory`` from it and this repository's Python-based backends;
+:func:`server_environment` (with :func:`library_path` and :func:`stub_python`) is the server's
+environment, and so its stubs'; :func:`visible_gpus` sizes the CUDA memory pool of the GPU
+config sets. Used by :mod:`tritonrepo.server.launcher` and :mod:`tritonrepo.server.stub_numpy`.
 """
 
 from __future__ import annotations
@@ -120,6 +121,21 @@ def stub_python() -> Path:
     numpy 2 it reads tensors wrong: seen, FP32 [0.5, 1.5, 2.5, 3.5] arrived as four 0.5s), so
     a host whose own Python needs numpy 2 points this at a venv with numpy 1.26."""
     return Path(os.environ.get(STUB_PYTHON_ENV) or sys.executable)
+
+
+def server_environment() -> dict[str, str]:
+    """The environment of the server, and so of its Python-backend stubs: this process's, with
+    :func:`library_path` as ``LD_LIBRARY_PATH`` and the ``bin/`` of :func:`stub_python` first on
+    ``PATH`` (``PYTHONPATH`` and the rest as they are here).
+
+    Raises:
+        LaunchError: nvidia-pytriton is not installed.
+    """
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = library_path()
+    env["PATH"] = os.pathsep.join([str(stub_python().parent), env.get("PATH", "")])
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    return env
 
 
 def visible_gpus() -> list[int]:

@@ -34,7 +34,6 @@ benchmarks all go through :class:`TritonServer`. It
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import signal
 import subprocess
@@ -47,8 +46,7 @@ from tritonrepo.server.command import check_port_free, free_port, preflight, tri
 from tritonrepo.server.embedded_server import (
     LaunchError,
     assemble_backend_directory,
-    library_path,
-    stub_python,
+    server_environment,
     terminate_with_parent,
 )
 from tritonrepo.server.options import (
@@ -146,12 +144,9 @@ class TritonServer:
         )
 
     def environment(self) -> dict[str, str]:
-        """Environment of the server: library path and this interpreter's ``bin/`` first."""
-        env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = library_path()
-        env["PATH"] = os.pathsep.join([str(stub_python().parent), env.get("PATH", "")])
-        env.setdefault("HF_HUB_OFFLINE", "1")
-        return env
+        """Environment of the server: library path and the stubs' Python's ``bin/`` first
+        (:func:`tritonrepo.server.embedded_server.server_environment`)."""
+        return server_environment()
 
     def start(self) -> TritonServer:
         """Start the server (and the HTTP guard first when ``http_guard``), load

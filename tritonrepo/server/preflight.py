@@ -17,7 +17,10 @@ with ``--model-config-name`` as Triton resolves them:
   metadata matches the PyTorch present and covers ``max_batch_size``;
 * config inputs and outputs (names, data types, dims) match the ONNX graph next to a plan or an
   ONNX Runtime model;
-* ``/dev/shm`` has room for the Python-backend instances (``SHM_PER_PYTHON_INSTANCE``).
+* ``/dev/shm`` has room for the Python-backend instances (``SHM_PER_PYTHON_INSTANCE``);
+* the command line (not :func:`run`, which is about the repository) checks first the numpy the
+  Python-backend stubs would import, with the environment the launcher gives them
+  (:mod:`tritonrepo.server.stub_numpy`: the 2.51 stubs need numpy < 2).
 
 Checks that need what this host lacks (a GPU, TensorRT, PyTorch) are reported as skipped, with the
 reason. The launcher runs this before starting a server; the container entrypoint runs ``python -m
@@ -36,6 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo.server import stub_numpy
 from tritonrepo.server.artifact_checks import (
     PYTHON_BACKENDS,
     TRACKED,
@@ -192,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for artifact in required_artifacts(args.repository, models, config_name):
             print(f"{artifact.build}\t{artifact.path}")
         return 0
-    findings = run(args.repository, models, config_name)
+    findings = [stub_numpy.check(), *run(args.repository, models, config_name)]
     for finding in findings:
         print(finding.line())
     errors = sum(f.level == "error" for f in findings)

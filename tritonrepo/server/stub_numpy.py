@@ -32,9 +32,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import SpecifierSet
-
 from tritonrepo.paths import REPO_ROOT
 from tritonrepo.server.artifact_checks import Finding
 from tritonrepo.server.embedded_server import (
@@ -44,10 +41,10 @@ from tritonrepo.server.embedded_server import (
     stub_python,
 )
 
-# What the 2.51 stubs read correctly: numpy 1.x. "<2" also refuses 2.0's pre-releases (PEP 440:
-# an exclusive "<V" admits no pre-release of V), which have numpy 2's ABI. python_backend
-# builds pybind11 2.12 (numpy 2 support) from 24.11 on (docs/known_issues.md).
-STUB_NUMPY = SpecifierSet("<2")
+# What the 2.51 stubs read correctly: numpy 1.x, as a PEP 440 specifier. "<2" also refuses 2.0's
+# pre-releases (PEP 440: an exclusive "<V" admits no pre-release of V), which have numpy 2's
+# ABI. python_backend builds pybind11 2.12 (numpy 2 support) from 24.11 on (known_issues.md).
+STUB_NUMPY = "<2"
 REQUIREMENTS = REPO_ROOT / "requirements.txt"
 LABEL = "numpy"  # the Finding's "model" field: the check is about the whole server
 # pip refuses a constraints file with extras ("Constraints cannot have extras"), and
@@ -131,13 +128,17 @@ def supported(version: str) -> bool:
     Raises:
         packaging.version.InvalidVersion: ``version`` is not a PEP 440 version.
     """
-    return STUB_NUMPY.contains(version, prereleases=True)
+    from packaging.specifiers import SpecifierSet  # here: where check() skips, nothing needs it
+
+    return SpecifierSet(STUB_NUMPY).contains(version, prereleases=True)
 
 
 def pinned_numpy(requirements: Path = REQUIREMENTS) -> str:
     """The numpy requirement ``requirements`` pins for this Python (``numpy==1.26.4``: the
     first ``numpy`` line whose environment marker holds), or ``numpy<2`` when it has none
     (a copy of the repository without requirements.txt)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
     if requirements.is_file():
         for line in requirements.read_text().splitlines():
             text = line.split("#", 1)[0].strip()

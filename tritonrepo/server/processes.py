@@ -17,6 +17,19 @@ from tritonrepo_client.control.healing.healer import instance_model
 SHM_DIRECTORY = Path("/dev/shm")
 
 
+# Triton's instance names when the config names no instance group: the group is
+# ``<model>_<group index>`` and its instances ``<group>_<instance index>`` (core
+# ``model_config_utils.cc``, which names unnamed groups).
+_INSTANCE_NAME = re.compile(r"^.+_\d+_\d+$")
+
+
+def is_instance_name(name: str) -> bool:
+    """Whether a stub's name is a model instance's, ``<model>_<group>_<index>`` (e.g.
+    ``ctr_session_0_0``), rather than the bare model name of the stub Triton 2.51 runs for the
+    length of a load (``ctr_session``)."""
+    return bool(_INSTANCE_NAME.match(name))
+
+
 @dataclass(frozen=True)
 class StubProcess:
     """One Python-backend stub process of a server (one per model instance).
@@ -61,6 +74,12 @@ def stub_processes(shm_prefix: str) -> list[StubProcess]:
             if stub is not None:
                 stubs.append(stub)
     return sorted(stubs, key=lambda s: s.instance)
+
+
+def region_exists(region: str) -> bool:
+    """Whether the shared-memory region ``region`` (a stub's, as its command line names it) is
+    in ``/dev/shm``."""
+    return (SHM_DIRECTORY / region.lstrip("/")).exists()
 
 
 def shared_memory_regions(shm_prefix: str) -> list[Path]:

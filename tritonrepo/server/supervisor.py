@@ -18,32 +18,50 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tritonrepo.server.processes import StubProcess
+from tritonrepo.server.processes import StubProcess, is_instance_name, region_exists
 
 
 class StubWatch:
-    """Instances seen alive before and absent from two scans in a row (one scan per heal pass;
-    a reload that Triton swaps in replaces a stub without a gap, the second scan is a margin
-    for it).
+    """Instance stubs that were killed: seen alive, then gone while their shared-memory region
+    is left in ``/dev/shm``, in two scans in a row (one scan per heal pass; the second is a
+    margin for a stub that is exiting).
+
+    Measured on 2.51 (``tritonserver`` of nvidia-pytriton 0.7.0): a stub that ends cleanly (an
+    unload, a reload that swaps in new instances, the end of a load) has its region removed by
+    the time its process is gone; a stub killed with SIGKILL leaves its region until Triton
+    unloads the model. Only *instance* stubs count, named ``<model>_<group>_<index>``
+    (:func:`is_instance_name`): while Triton loads a Python model it also runs a short-lived
+    stub named after the bare model, which is never an instance that died. A name is reported
+    once and forgotten; a reload that brings the instance back makes it seen again.
 
     Args:
         list_stubs: the server's live stub processes (``TritonServer.stub_processes``).
+        region_left: whether a stub's region (its name in ``/dev/shm``) still exists.
     """
 
-    def __init__(self, list_stubs: Callable[[], list[StubProcess]]) -> None:
+    def __init__(
+        self,
+        list_stubs: Callable[[], list[StubProcess]],
+        region_left: Callable[[str], bool] = region_exists,
+    ) -> None:
         self._list = list_stubs
-        self._known: set[str] = set()
+        self._region_left = region_left
+        self._known: dict[str, str] = {}  # instance -> region
         self._missing: set[str] = set()
 
     def __call__(self) -> list[str]:
-        """Instance names that died (an unloaded model's too: the healer skips models that are
-        not loaded)."""
-        live = {s.instance for s in self._list()}
-        missing = self._known - live
-        dead = sorted(missing & self._missing)
-        self._missing = missing
-        self._known |= live
-        return dead
+        """Instance names killed since they were last seen (an unloaded model's too, should
+        one be killed while it unloads: the healer skips models that are not loaded)."""
+        live = {s.instance: s.region for s in self._list() if is_instance_name(s.instance)}
+        killed = {
+            instance
+            for instance, region in self._known.items()
+            if instance not in live and self._region_left(region)
+        }
+        dead = killed & self._missing
+        self._missing = killed - dead
+        self._known = {i: r for i, r in self._known.items() if i in self._missing} | live
+        return sorted(dead)
 
 
 def log(line: str) -> None:

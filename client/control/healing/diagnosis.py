@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from tritonrepo_client.connection import ClientError, ServerUnreachable, TritonConnection
-from tritonrepo_client.control.health import PROBES, is_overload
+from tritonrepo_client.control.health import is_overload, probe_for
 from tritonrepo_client.errors import DeadlineExceeded
 from tritonrepo_client.triton_messages import dead_stub_instances
 
@@ -54,8 +54,9 @@ def runs_in_stubs(config: dict[str, Any]) -> bool:
 
 
 def probe(conn: TritonConnection, model: str, rounds: int = 2) -> str | None:
-    """Model readiness, then the model's probe inference (``health.PROBES``) ``rounds`` times
-    (a model with several instances may answer the first from a healthy one).
+    """Model readiness, then the model's probe inference (the one its config declares, else the
+    built-in one: :func:`tritonrepo_client.control.health.probe_for`) ``rounds`` times (a model
+    with several instances may answer the first from a healthy one).
 
     Returns:
         None when the model serves (a probe Triton refused for overload counts: the model is
@@ -70,7 +71,7 @@ def probe(conn: TritonConnection, model: str, rounds: int = 2) -> str | None:
     try:
         if not twice_on_deadline(lambda: conn.model_ready(model)):
             return f"model '{model}' is not READY"
-        check = PROBES.get(model)
+        check = twice_on_deadline(lambda: probe_for(conn, model))
         for _ in range(rounds if check else 0):
             twice_on_deadline(lambda: check(conn, model))
     except ServerUnreachable:

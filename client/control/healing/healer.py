@@ -40,6 +40,7 @@ from tritonrepo_client.control.healing.diagnosis import (
     runs_in_stubs,
     twice_on_deadline,
 )
+from tritonrepo_client.control.probe_declaration import PROBE_PARAMETER
 from tritonrepo_client.control.repository import RepositoryClient
 from tritonrepo_client.models import DEFAULT_MODELS
 from tritonrepo_client.triton_messages import Kind, kinds_in
@@ -136,7 +137,8 @@ class Healer:
 
     Args:
         repo: model-repository client (it sends the repository key the loads need).
-        models: served models to probe (default text_embedding, ctr_ranking, ctr_session).
+        models: served models to probe (default the shipped ensembles); every other loaded
+            model that declares a probe is probed too (:meth:`served_models`).
         conn: connection for probes (default ``repo.connection``); give one with a short
             timeout so a hung server does not stall a pass for the repository's deadline.
         probe_rounds: probe inferences per served model per check (>= 1).
@@ -180,14 +182,32 @@ class Healer:
         self.reload_timeout_s = reload_timeout_s
         self._attempts: dict[str, _Attempts] = {}
         self._pass_loaded: set[str] | None = None  # the index's READY models, this pass
+        self._pass_configs: dict[str, dict[str, Any]] = {}  # configs read this pass
 
     @property
     def conn(self) -> TritonConnection:
         """The probes' connection: the one given, else the repository client's current one."""
         return self._conn or self.repo.connection
 
+    def served_models(self) -> tuple[str, ...]:
+        """The models a pass probes: ``models``, then every other loaded model that declares a
+        probe (config parameter ``tritonrepo_probe``), e.g. a described pipeline loaded into the
+        running server through the load API. A model of ``models`` that is not loaded stays:
+        its probe reports it.
+
+        Raises:
+            ServerUnreachable: the server does not answer.
+        """
+        extra = sorted(
+            m
+            for m in self._loaded() - set(self.models)
+            if PROBE_PARAMETER in self._loaded_config(m).get("parameters", {})
+        )
+        return (*self.models, *extra)
+
     def probe_all(self, models: Iterable[str] | None = None) -> dict[str, str]:
-        """Served model -> error, for each of ``models`` (default all) that cannot serve."""
+        """Served model -> error, for each of ``models`` (default ``models``) that cannot
+        serve."""
         errors = {m: probe(self.conn, m, self.probe_rounds) for m in models or self.models}
         return {m: e for m, e in errors.items() if e is not None}
 
@@ -218,7 +238,9 @@ class Healer:
         """
         detected_at = time.monotonic()
         self._pass_loaded = None
-        report = HealReport(self.models, self.probe_all())
+        self._pass_configs = {}
+        served = self.served_models()
+        report = HealReport(served, self.probe_all(served))
         report.failing = dict(report.detected)
         handled: set[str] = set()
         for round_ in range(MAX_ROUNDS):
@@ -304,7 +326,9 @@ class Healer:
         """Add the loaded models of ``dead_instances()`` to ``plan``, for the served models that
         use them (an ensemble's steps; all served models for one called through BLS)."""
         dead = list(self.dead_instances()) if self.dead_instances else []
-        loaded = self._loaded() if dead else set()
+        # Read after the scan, not the pass's earlier view: a model unloaded since (its stubs
+        # end with it) must not be loaded again.
+        loaded = self.loaded_models() if dead else set()
         for instance in dead:
             step = instance_model(instance)
             if step in loaded and step not in plan:
@@ -312,20 +336,32 @@ class Healer:
                 plan[step] = (self._served_by(step), cause)
 
     def _served_by(self, step: str) -> tuple[str, ...]:
-        """Served models that are ``step`` or name it as an ensemble step; all of them when
-        none does (a model called through BLS)."""
+        """Loaded models that are ``step`` or name it as an ensemble step (a served one or
+        one loaded at runtime); the served models when none does (a model called through
+        BLS)."""
         users = []
-        for model in self.models:
-            try:
-                config = self._config(model)
-            except ServerUnreachable:
-                raise
-            except ClientError:
-                continue  # not loaded (or not answering): it cannot be one to probe again
+        for model in sorted(self._loaded()):
+            config = self._loaded_config(model)
             steps = config.get("ensemble_scheduling", {}).get("step", [])
             if model == step or any(s.get("model_name") == step for s in steps):
                 users.append(model)
-        return tuple(users) or self.models
+        return tuple(users) or self.served_models()
+
+    def _loaded_config(self, model: str) -> dict[str, Any]:
+        """A loaded model's config, read once per pass; ``{}`` when it cannot be read (no
+        longer loaded).
+
+        Raises:
+            ServerUnreachable: the server does not answer.
+        """
+        if model not in self._pass_configs:
+            try:
+                self._pass_configs[model] = self._config(model)
+            except ServerUnreachable:
+                raise
+            except ClientError:
+                return {}  # unloaded since the index was read: not one to probe or reload
+        return self._pass_configs[model]
 
     def _restore(self, step: str, served: tuple[str, ...], cause: str) -> StepReport:
         """Reload ``step`` when an attempt is due; the outcome is settled after the re-probe."""

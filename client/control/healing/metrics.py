@@ -91,6 +91,7 @@ class HealMetrics:
         for label in SERVER_EXIT_LABELS:
             self.server_restarts.labels(label)
         self.models = tuple(models)
+        self._probed: tuple[str, ...] = self.models
         for model in self.models:
             self.ready.labels(model).set(0)
         for result in ("healthy", "failing", "unreachable"):
@@ -105,7 +106,11 @@ class HealMetrics:
             self.restart_failures.labels(step)
 
     def observe(self, report: HealReport) -> None:
-        """Record one pass's :class:`HealReport`."""
+        """Record one pass's :class:`HealReport`; a model loaded at runtime that is no longer
+        probed (unloaded) loses its ``tritonrepo_model_ready`` series."""
+        for model in set(self._probed) - set(report.probed) - set(self.models):
+            self.ready.remove(model)
+        self._probed = tuple(report.probed)
         for model in report.probed:
             self.ready.labels(model).set(0 if model in report.failing else 1)
         for step in report.steps:

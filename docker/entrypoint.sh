@@ -10,18 +10,16 @@
 # Extra arguments are passed to tritonserver.
 set -euo pipefail
 repo="${TRITONREPO_MODEL_REPOSITORY:-/opt/tritonrepo/model_repository}"
-# The launcher's models (tritonrepo/server/launcher.py DEFAULT_MODELS): the ones the health check
-# (`tritonrepo-client health`) probes by default.
-models=(text_embedding ctr_ranking ctr_session image_classification)
-# ...then every other ensemble that declares its own probe (the pipelines tritonrepo-new
-# generated), as `make serve` does (tritonrepo/server/options.py default_models).
-for config in "$repo"/*/config.pbtxt; do
-  name="$(basename "$(dirname "$config")")"
-  if [[ " ${models[*]} " != *" $name "* ]] && grep -q '^platform: *"ensemble"' "$config" \
-      && grep -q 'key: "tritonrepo_probe"' "$config"; then
-    models+=("$name")
-  fi
-done
+config_name=""  # configs/<name>.pbtxt as Triton resolves --model-config-name; "" = config.pbtxt
+[[ "${TRITONREPO_CONFIG:-gpu}" == "cpu" ]] && config_name=cpu
+# What `make serve` loads (tritonrepo/server/load_list.py): the launcher's models (the ones the
+# health check, `tritonrepo-client health`, probes by default), every other ensemble that declares
+# its own probe (the pipelines tritonrepo-new generated), and the models any of them calls through
+# BLS (declared in its config: parameter tritonrepo_calls), each before its caller.
+load="$(python -m tritonrepo.server.load_list --repository "$repo" \
+  --model-config-name "$config_name")" \
+  || { echo "error: cannot list the models to load (above)" >&2; exit 1; }
+mapfile -t models <<< "$load"
 header=x-model-repository-key
 # API categories only key holders may call (tritonrepo/server/repository_key.py RESTRICTED_APIS).
 restricted=model-repository,shared-memory,logging,trace
@@ -68,8 +66,6 @@ else
 fi
 # Check the repository for this config set before starting: artifacts, each plan against this
 # GPU and TensorRT, configs against the ONNX graphs, /dev/shm (tritonrepo/server/preflight.py).
-config_name=""
-[[ "${TRITONREPO_CONFIG:-gpu}" == "cpu" ]] && config_name=cpu
 python -m tritonrepo.server.preflight --repository "$repo" --model-config-name "$config_name" \
   "${models[@]/#/--model=}" \
   || { echo "error: the preflight above failed; tritonserver was not started" >&2; exit 1; }

@@ -293,6 +293,7 @@ def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = F
                 )
                 + " (--force replaces that model: its files are lost)"
             )
+    _check_calls(pipeline, repository, problems)
     pre = _import(
         pipeline.preprocess.ref,
         f"preprocess.{'function' if pipeline.preprocess.function else 'step'}",
@@ -321,6 +322,25 @@ def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = F
     if problems:
         raise DescriptionError(pipeline.source, problems)
     return Checked(core_inputs, core_outputs, probe, model, model is None or tensorrt_parses(model))
+
+
+def _check_calls(pipeline: Pipeline, repository: Path, problems: list[str]) -> None:
+    """Each model a step ``calls`` is in ``repository`` (a folder with ``config.pbtxt``) or is
+    one of this pipeline's own models."""
+    known = sorted(
+        {p.parent.name for p in repository.glob("*/config.pbtxt")} | set(pipeline.models[1:])
+    )
+    for where, step in (("preprocess", pipeline.preprocess), ("postprocess", pipeline.postprocess)):
+        for called in step.calls:
+            if called in known or called in (step.model, pipeline.name):
+                continue  # a call to itself is the description's own error
+            close = difflib.get_close_matches(called, known, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            problems.append(
+                f"{where}.calls: no model '{called}' in {repository.name}/{hint}; give the name "
+                "of a model folder there (generate a called pipeline first: tritonrepo-new "
+                "pipeline <its name>)"
+            )
 
 
 def tensorrt_parses(model: Any) -> bool:

@@ -200,7 +200,10 @@ def _parser() -> argparse.ArgumentParser:
     unload = msub.add_parser("unload", help="unload a model")
     unload.add_argument("model")
     unload.add_argument(
-        "--dependents", action="store_true", help="also unload the models it uses (ensemble steps)"
+        "--dependents",
+        action="store_true",
+        help="also unload the models it uses (ensemble steps, models it calls through BLS) that no "
+        "other loaded model uses",
     )
     ready = msub.add_parser("ready", help="exit 0 if the model (version) is READY, else 1")
     ready.add_argument("model")

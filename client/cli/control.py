@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -14,6 +16,8 @@ from tritonrepo_client.connection import GrpcTls, TritonConnection
 from tritonrepo_client.control import local, repository_key
 from tritonrepo_client.control.healing.healer import ChangeLog, Healer, HealReport
 from tritonrepo_client.control.load_checks import check_load, check_rollout_name
+from tritonrepo_client.control.model_calls import ConfigReader, disk_configs
+from tritonrepo_client.control.model_config import ConfigParseError
 from tritonrepo_client.control.repository import RepositoryClient
 from tritonrepo_client.control.rollout import (
     DEFAULT_PROBE_TEXTS,
@@ -75,6 +79,23 @@ def _repository(args: argparse.Namespace) -> RepositoryClient:
     )
 
 
+def _local_configs(args: argparse.Namespace) -> ConfigReader | None:
+    """The configs of ``--model-repository`` under ``--model-config-name`` when that folder is
+    here (a config that does not parse reads as none: the local checks report it)."""
+    folder = getattr(args, "model_repository", None)
+    if folder is None or not Path(folder).is_dir():
+        return None
+    read = disk_configs(Path(folder), getattr(args, "model_config_name", "cpu") or None)
+
+    def config_of(model: str) -> Mapping[str, Any] | None:
+        try:
+            return read(model)
+        except ConfigParseError:
+            return None
+
+    return config_of
+
+
 def models_command(args: argparse.Namespace) -> int:
     with _repository(args) as repo:
         if args.action == "list":
@@ -95,6 +116,10 @@ def models_command(args: argparse.Namespace) -> int:
                 f"--config {args.config}",
                 getattr(args, "force", False),
             )
+            for called in repo.calls_to_load(args.model, config, _local_configs(args)):
+                if not repo.ready(called):
+                    repo.load(called)
+                    print(f"loaded {called} ({args.model} calls it through BLS)")
             repo.load(args.model, config)
             print(f"loaded {args.model} (versions {repo.versions(args.model)})")
         elif args.action == "unload":

@@ -25,6 +25,7 @@ import numpy as np
 
 from tritonrepo_client.connection import ClientError, TritonConnection
 from tritonrepo_client.control.health_index import index_states, read_index, repository_findings
+from tritonrepo_client.control.model_calls import CALLS_PARAMETER, load_closure, server_configs
 from tritonrepo_client.control.probe_declaration import PROBE_PARAMETER, declared_probe
 from tritonrepo_client.models import DEFAULT_MODELS
 from tritonrepo_client.triton_messages import CATALOGUE, Kind, kinds_in
@@ -279,13 +280,17 @@ def is_overload(error: str) -> bool:
 def _model_checks(
     conn: TritonConnection, model: str, index: list[ModelVersionState] | None
 ) -> list[Check]:
-    """``<model> ready``, then ``<model> inference`` when it is READY and has a probe. A probe
+    """``<model> ready``, then ``<model> calls`` (failed) when a model it calls through BLS is
+    not READY, else ``<model> inference`` when it is READY and has a probe. A probe
     that Triton refuses for overload (:func:`is_overload`) passes as ``busy``; a model without
     a probe passes ``ready`` with the words "ready, not probed"."""
     ready = _run(f"{model} ready", lambda: _state(conn.model_ready(model), "model", "READY"))
     if not ready.ok:
         states = index_states(index, model)
         return [Check(ready.name, False, f"{ready.detail} ({states})" if states else ready.detail)]
+    calls = _calls_check(conn, model, index)
+    if calls is not None:
+        return [ready, calls]
     try:
         probe = probe_for(conn, model)
     except ClientError as exc:
@@ -302,6 +307,32 @@ def _model_checks(
             raise
 
     return [ready, _run(f"{model} inference", infer)]
+
+
+def _calls_check(
+    conn: TritonConnection, model: str, index: list[ModelVersionState] | None
+) -> Check | None:
+    """``<model> calls``, failed, when a model that ``model`` calls through BLS (declared in its
+    config: :mod:`tritonrepo_client.control.model_calls`) is not READY: its requests would fail
+    with "Model '...' is not ready", so no probe is sent. None when every called model is READY
+    (or it declares none)."""
+    try:
+        called = load_closure([model], server_configs(conn.model_config))
+        missing = [m for m in called if not conn.model_ready(m)]
+    except ClientError as exc:
+        return Check(f"{model} calls", False, f"cannot check the models it calls: {exc}")
+    if not missing:
+        return None
+    states = "; ".join(f"{m}: {s}" for m in missing if (s := index_states(index, m)))
+    return Check(
+        f"{model} calls",
+        False,
+        f"{model} calls {', '.join(missing)} through BLS (its config's {CALLS_PARAMETER}), "
+        f"which {'is' if len(missing) == 1 else 'are'} not READY"
+        + (f" ({states})" if states else "")
+        + f"; load {'it' if len(missing) == 1 else 'them'}: tritonrepo-client models load "
+        + " ".join(missing),
+    )
 
 
 def _summary(conn: TritonConnection, models: Sequence[str], checks: list[Check]) -> Check:

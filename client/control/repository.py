@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -22,6 +22,12 @@ from tritonrepo_client.connection import (
 )
 from tritonrepo_client.control import repository_key
 from tritonrepo_client.control.health_index import one_line
+from tritonrepo_client.control.model_calls import (
+    ConfigReader,
+    load_closure,
+    server_configs,
+    used_models,
+)
 from tritonrepo_client.triton_messages import Kind, kinds_in
 from tritonrepo_client.validation import check_config, check_files
 
@@ -238,12 +244,15 @@ class RepositoryClient:
             raise type(exc)(f"{exc}; {detail}") from None
 
     def unload(self, model: str, dependents: bool = False, timeout_s: float | None = None) -> None:
-        """Unload ``model`` (and, with ``dependents``, the models it uses, e.g. ensemble steps).
+        """Unload ``model`` (and, with ``dependents``, the models it uses: ensemble steps and
+        the models it calls through BLS).
 
         With ``dependents``, Triton's own ``unload_dependents`` leaves loaded every step that
         was loaded with a config override (a ``configs use`` switch, a rollout, a heal reload:
-        measured on 2.51), so the steps of ``model``'s ensemble graph that no other loaded
-        model uses and that are still loaded are then unloaded one by one.
+        measured on 2.51), and it does not know BLS calls; so the models ``model`` uses
+        (:func:`tritonrepo_client.control.model_calls.used_models`: its ensemble graph, the
+        models it declares it calls, recursively) that no other loaded model uses and that are
+        still loaded are then unloaded one by one.
 
         Args:
             timeout_s: deadline in seconds of each unload call (default: the client's
@@ -253,7 +262,8 @@ class RepositoryClient:
             ControlTimeout: not finished within the deadline.
             ClientError: Triton refused (e.g. missing key).
         """
-        steps = self._ensemble_steps(model) if dependents else set()
+        config_of = server_configs(self.config)
+        used = used_models([model], config_of) - {model} if dependents else set()
         self._with_deadline(
             f"unload {model}",
             model,
@@ -262,27 +272,45 @@ class RepositoryClient:
                 model, headers=self.headers, unload_dependents=dependents
             ),
         )
-        if not steps:
+        if not used:
             return
         loaded = {r.name for r in self.index(timeout_s) if r.state in ("READY", "LOADING")}
-        in_use = set().union(*(self._ensemble_steps(m) for m in loaded - steps))
-        for step in sorted((steps & loaded) - in_use):
+        in_use = used_models(loaded - used - {model}, config_of)
+        for other in sorted((used & loaded) - in_use):
             self._with_deadline(
-                f"unload {step}",
-                step,
+                f"unload {other}",
+                other,
                 timeout_s,
-                lambda client, step=step: client.unload_model(step, headers=self.headers),
+                lambda client, other=other: client.unload_model(other, headers=self.headers),
             )
 
-    def _ensemble_steps(self, model: str) -> set[str]:
-        """The models ``model``'s ensemble graph runs, nested ensembles' steps included; empty
-        for a model that is not an ensemble or whose config cannot be read."""
-        try:
-            config = self.config(model)
-        except ClientError:
-            return set()
-        steps = {s["model_name"] for s in config.get("ensemble_scheduling", {}).get("step", [])}
-        return steps.union(*(self._ensemble_steps(s) for s in steps))
+    def calls_to_load(
+        self,
+        model: str,
+        config: Mapping[str, Any] | None = None,
+        local: ConfigReader | None = None,
+    ) -> tuple[str, ...]:
+        """The models ``model`` calls through BLS, as its config declares them
+        (:func:`tritonrepo_client.control.model_calls.load_closure`: its ensemble steps' and
+        the called models' own calls included), each before its caller.
+
+        Each config is read from ``config`` (an override for ``model``'s load), else the
+        server's config of a loaded model, else ``local`` (the model repository on this
+        machine, e.g. :func:`~tritonrepo_client.control.model_calls.disk_configs`).
+        """
+        server = server_configs(self.config)
+        loaded = {r.name for r in self.index() if r.state == "READY"}
+
+        def config_of(name: str) -> Mapping[str, Any] | None:
+            if name == model and config is not None:
+                return config
+            if name in loaded:
+                found = server(name)
+                if found is not None:
+                    return found
+            return local(name) if local is not None else None
+
+        return load_closure([model], config_of)
 
     def _with_deadline(
         self, what: str, model: str, timeout_s: float | None, fn: Callable[[Any], object]

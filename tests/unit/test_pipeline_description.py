@@ -70,6 +70,7 @@ PRE = f'function = "{PACKAGE}.steps:preprocess"'
 POST = f'function = "{PACKAGE}.steps:postprocess"'
 BUILD = f'build = "{PACKAGE}.model:build"'
 SAMPLES = f'function = "{PACKAGE}.samples:samples"'
+STEP = 'step = "tritonrepo.image.steps:PostprocessStep"'  # a PythonStep class that imports
 IMPORT_FIX = "the module must be importable from the checkout root"
 
 CASES = [
@@ -123,6 +124,20 @@ CASES = [
          True),
     Case("two-model-sources", sub(BUILD, BUILD + '\nonnx = "x.onnx"'), "model",
          ("give exactly one of onnx", "(got onnx, build)"), True),
+    # --- calls: models a step class calls through BLS --------------------------------------
+    Case("calls-from-a-function", sub(PRE, PRE + '\ncalls = ["other_model"]'),
+         "preprocess.calls", ("a function step cannot call a model", "step = 'module:Class'"),
+         True),
+    Case("calls-itself", sub(POST, f'{STEP}\ncalls = ["toy_postprocess"]'), "postprocess.calls",
+         ("'toy_postprocess' is its own model", "call another model"), True),
+    Case("calls-its-pipeline", sub(POST, f'{STEP}\ncalls = ["toy"]'), "postprocess.calls",
+         ("'toy' is its own pipeline",), True),
+    Case("calls-not-a-list", sub(POST, f'{STEP}\ncalls = "other_model"'), "postprocess.calls",
+         ("must be a list",), True),
+    Case("calls-twice", sub(POST, f'{STEP}\ncalls = ["other_model", "other_model"]'),
+         "postprocess.calls", ("listed twice",), True),
+    Case("calls-unknown-model", sub(POST, f'{STEP}\ncalls = ["other_modle"]'),
+         "postprocess.calls", ("no model 'other_modle'", "did you mean 'other_model'?"), False),
     Case("bad-function-ref", sub(PRE, 'function = "steps.preprocess"'), "preprocess.function",
          ("'steps.preprocess' is not 'package.module:function'",), True),
     Case("no-samples", sub(f"\n[samples]\n{SAMPLES}\n", ""), "samples",

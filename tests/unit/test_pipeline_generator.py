@@ -415,3 +415,23 @@ def test_declared_probe_rejects_a_broken_declaration():
                  '"data": [{"b64": "%%%"}]}]}')  # fmt: skip
     with pytest.raises(InvalidProbe):
         probe_of('{"inputs": []}')
+
+
+def test_a_step_that_calls_a_model_declares_it_and_the_launcher_loads_it(ws: Workspace):
+    """``calls`` on a step class becomes its configs' ``tritonrepo_calls`` parameter, which
+    the launcher follows: serving the pipeline alone loads the called model too."""
+    from tritonrepo.server.options import ServerOptions
+    from tritonrepo_client.control.model_calls import declared_calls
+
+    ws.edit_description(
+        f'function = "{PACKAGE}.steps:postprocess"',
+        'step = "tritonrepo.image.steps:PostprocessStep"\ncalls = ["other_model"]',
+    )
+    result = ws.run()
+    assert result.rc == 0, result.err
+    config = json_format.MessageToDict(
+        parse(ws.repository / "toy_postprocess/config.pbtxt"), preserving_proto_field_name=True
+    )
+    assert declared_calls(config) == ("other_model",)
+    options = ServerOptions(model_repository=ws.repository, models=("toy",), model_config_name=None)
+    assert options.load_models == ("other_model", "toy")

@@ -318,12 +318,15 @@ def test_initialize_fails_the_load_with_the_named_error(monkeypatch):
 
 def test_the_keys_the_control_plane_writes_are_never_unknown():
     """A reload by ``configs use``, by self-healing or with a declared probe adds its own key to
-    the config; a step must not refuse it."""
+    the config, and a model that calls others through BLS declares them; a step must not refuse
+    either."""
     from tritonrepo.step.parameters import NON_STEP_KEYS
     from tritonrepo_client.control.config_sets import CONFIG_SET_PARAMETER
     from tritonrepo_client.control.healing.healer import RESTART_PARAMETER
+    from tritonrepo_client.control.model_calls import CALLS_PARAMETER
     from tritonrepo_client.control.probe_declaration import PROBE_PARAMETER
     from tritonrepo_client.control.rollout import PREVIOUS_VERSION_PARAMETER
 
     written = {CONFIG_SET_PARAMETER, RESTART_PARAMETER, PROBE_PARAMETER, PREVIOUS_VERSION_PARAMETER}
+    written.add(CALLS_PARAMETER)  # declared by hand or by the generator, read by the launcher
     assert written <= set(NON_STEP_KEYS)

@@ -101,8 +101,10 @@ class Deployment:
 class Step:
     """A Python-backend step: the user's ``function`` (``module:function``) or a ``step`` class
     (``module:Class``, a ``PythonStep`` subclass), its extra ``outputs`` (preprocess: tensors
-    for postprocess besides the core model's inputs) and its config sets (``deployments``: at
-    least ``gpu``, the ``config.pbtxt``)."""
+    for postprocess besides the core model's inputs), its config sets (``deployments``: at
+    least ``gpu``, the ``config.pbtxt``) and the models its step class ``calls`` through BLS
+    (written into every config set as the ``tritonrepo_calls`` parameter, so the launcher and
+    ``tritonrepo-client models load`` load them with the pipeline)."""
 
     model: str
     function: str | None
@@ -110,6 +112,7 @@ class Step:
     outputs: tuple[Tensor, ...]
     deployments: Mapping[str, Deployment]
     doc: str = ""
+    calls: tuple[str, ...] = ()  # models its step class calls through BLS (tritonrepo_calls)
 
     @property
     def ref(self) -> str:
@@ -315,7 +318,42 @@ def _deployments(
     return out
 
 
-_STEP_KEYS = ("model", "function", "step", "outputs", "doc", "cpu", "torch_gpu", *_DEPLOYMENT_KEYS)
+_STEP_KEYS = (
+    "model",
+    "function",
+    "step",
+    "outputs",
+    "calls",
+    "doc",
+    "cpu",
+    "torch_gpu",
+    *_DEPLOYMENT_KEYS,
+)
+
+
+def _calls(r: _Reader, raw: Mapping[str, Any], where: str, step: str | None) -> tuple[str, ...]:
+    """The ``calls`` list of a step table: model names, each once. What they must exist in is
+    checked by the generator (it knows the repository)."""
+    calls = r.get(raw, "calls", where, list, [])
+    field_name = f"{where}.calls"
+    names = []
+    for name in calls:
+        if not isinstance(name, str) or not NAME_PATTERN.match(name):
+            r.problem(field_name, f"{name!r} is not a model name (lower-case, digits, _)")
+        elif name in names:
+            r.problem(field_name, f"'{name}' is listed twice; give each model once")
+        else:
+            names.append(name)
+    if names and step is None and "function" in raw:
+        r.problem(
+            field_name,
+            "a function step cannot call a model (the generator runs functions on the samples "
+            "in one process, without a server); use step = 'module:Class', a PythonStep "
+            "subclass that makes the BLS call (pb_utils.InferenceRequest), as ctr_session does",
+        )
+    return tuple(names)
+
+
 STEP_DEFAULT = Deployment(instances=1, max_queue_delay_us=0)
 
 
@@ -337,6 +375,7 @@ def _step(r: _Reader, raw: Any, where: str, default_model: str, extra_outputs: b
             r.problem(f"{where}.{key}", f"{ref!r} is not 'package.module:{key}'")
     docs = r.get(raw, "doc", where, str, "")
     defaults = {"gpu": replace(STEP_DEFAULT, doc=docs)}
+    calls = _calls(r, raw, where, step)
     return Step(
         model=r.get(raw, "model", where, str, default_model),
         function=function,
@@ -344,6 +383,7 @@ def _step(r: _Reader, raw: Any, where: str, default_model: str, extra_outputs: b
         outputs=_tensors(r, raw.get("outputs"), f"{where}.outputs"),
         deployments=_deployments(r, raw, where, defaults),
         doc=docs,
+        calls=calls,
     )
 
 
@@ -505,6 +545,15 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
     for model in names[1:]:
         if not NAME_PATTERN.match(model):
             r.problem("model", f"{model!r} is not a valid model name (lower-case, digits, _)")
+    for where, step in (("preprocess", pipeline.preprocess), ("postprocess", pipeline.postprocess)):
+        for called in step.calls:
+            if called in (step.model, pipeline.name):
+                what = "its own model" if called == step.model else "its own pipeline"
+                r.problem(
+                    f"{where}.calls",
+                    f"'{called}' is {what}: a step calling itself through BLS never returns; "
+                    "call another model",
+                )
     if pipeline.samples is None and pipeline.tests:
         r.problem("samples", "is missing; add [samples] function = 'module:function' (the "
                   "health probe, parity, INT8 calibration and the tests use it)")  # fmt: skip

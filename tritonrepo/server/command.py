@@ -17,6 +17,7 @@ from tritonrepo.server import preflight as artifact_preflight
 from tritonrepo.server import repository_key, stub_numpy
 from tritonrepo.server.embedded_server import LaunchError, tritonserver_binary, visible_gpus
 from tritonrepo.server.options import GPU_CONFIG_SETS, ServerOptions
+from tritonrepo_client.control.model_calls import callers, disk_configs
 
 
 def check_port_free(host: str, port: int, what: str) -> None:
@@ -108,7 +109,7 @@ def tritonserver_command(
         pool = GPU_CONFIG_SETS.get(o.model_config_name or "")
     if pool:
         cmd += [f"--cuda-memory-pool-byte-size={gpu}:{pool}" for gpu in visible_gpus()]
-    cmd += [f"--load-model={m}" for m in o.models]
+    cmd += [f"--load-model={m}" for m in o.load_models]
     cmd += list(o.extra_args)
     return cmd
 
@@ -128,11 +129,16 @@ def preflight(o: ServerOptions) -> None:
     repo = Path(o.model_repository)
     if not repo.is_dir():
         raise LaunchError(f"model repository {repo} does not exist")
-    for name in o.models:
+    load = o.load_models
+    for name in load:
         if not (repo / name).is_dir():
-            raise LaunchError(f"model '{name}' is not in the model repository {repo}")
+            called = ""
+            if name not in o.models:
+                by = callers(name, o.models, disk_configs(repo, o.model_config_name))
+                called = f" (called through BLS by {', '.join(by)})"
+            raise LaunchError(f"model '{name}'{called} is not in the model repository {repo}")
     errors = [
-        f for f in artifact_preflight.run(repo, o.models, o.model_config_name) if f.level == "error"
+        f for f in artifact_preflight.run(repo, load, o.model_config_name) if f.level == "error"
     ]
     if errors:
         more = (

@@ -130,6 +130,25 @@ class ServerOptions:
     grpc_max_request_bytes: int = GRPC_MAX_REQUEST_BYTES
 
     @property
+    def load_models(self) -> tuple[str, ...]:
+        """What ``tritonserver`` loads at start (``--load-model``): the models a served model
+        calls through BLS (declared in its config, ``tritonrepo_calls``:
+        :func:`tritonrepo_client.control.model_calls.load_closure`, read from
+        ``model_repository`` with ``model_config_name``), each before its caller, then
+        ``models``. A config that does not parse adds nothing here; the preflight names it."""
+        from tritonrepo_client.control.model_calls import disk_configs, load_closure
+        from tritonrepo_client.control.model_config import ConfigParseError
+
+        served = tuple(self.models)
+        try:
+            called = load_closure(
+                served, disk_configs(Path(self.model_repository), self.model_config_name)
+            )
+        except ConfigParseError:
+            called = ()
+        return (*called, *served)
+
+    @property
     def grpc_host(self) -> str:
         """Address the gRPC endpoint (or the gRPC guard) binds to: ``host`` when it is a
         loopback address or ``expose_grpc`` is set, else 127.0.0.1."""

@@ -48,10 +48,9 @@ from tritonrepo.server.artifact_checks import (
     check_model,
     model_artifacts,
 )
+from tritonrepo_client.control.model_calls import CALLS_PARAMETER, parse_calls
 from tritonrepo_client.control.model_config import ConfigParseError, config_path, load_config
 
-# Models called through BLS, which Triton does not know as dependencies.
-BLS_TARGETS = {"ctr_session": ("ctr_model",)}
 # /dev/shm per Python-backend instance: the largest tensors one batch moves through an
 # instance's region here are the encoder's FP32 token embeddings, 64 x 256 x 384 x 4 B = 25 MiB
 # (CPU set), in and out again; Triton starts each region at 1 MiB and grows it
@@ -60,8 +59,9 @@ SHM_PER_PYTHON_INSTANCE = 32 * 2**20  # bytes
 
 
 def dependencies(repository: Path, models: Sequence[str], config_name: str | None) -> list[str]:
-    """``models`` and, recursively, their ensemble steps and the models they call through BLS,
-    each once, in order."""
+    """``models`` and, recursively, their ensemble steps and the models they call through BLS
+    (declared in their configs: parameter ``tritonrepo_calls``,
+    :mod:`tritonrepo_client.control.model_calls`), each once, in order."""
     seen: list[str] = []
     stack = list(models)
     while stack:
@@ -76,7 +76,8 @@ def dependencies(repository: Path, models: Sequence[str], config_name: str | Non
             except Exception:  # reported by check_model
                 continue
             stack += [s.model_name for s in cfg.ensemble_scheduling.step]
-        stack += list(BLS_TARGETS.get(model, ()))
+            if CALLS_PARAMETER in cfg.parameters:
+                stack += parse_calls(cfg.parameters[CALLS_PARAMETER].string_value)
     return seen
 
 

@@ -67,7 +67,8 @@ def wait_ready(
     check_health: Callable[[], list],
 ) -> None:
     """Wait until the server at ``url`` (``host:port`` of tritonserver's HTTP endpoint) is live
-    and every model of ``options.models`` READY, within ``options.startup_timeout_s`` seconds;
+    and every model of ``options.load_models`` (the served models and those they call through
+    BLS) READY, within ``options.startup_timeout_s`` seconds;
     then run ``check_health`` (the probe inferences).
 
     Args:
@@ -97,12 +98,12 @@ def wait_ready(
         # Models listed with --load-model are loaded before the endpoints open, so the
         # repository index now holds their final state.
         index = client.get_model_repository_index(headers=o.repository_headers)
-        failures = load_failures(index, o.models, o.log_file)
+        failures = load_failures(index, o.load_models, o.log_file)
         if failures:
             raise LaunchError(failures)
         while True:
             check_running()
-            waiting = [m for m in o.models if not client.is_model_ready(m)]
+            waiting = [m for m in o.load_models if not client.is_model_ready(m)]
             if not waiting:
                 break
             if time.monotonic() > deadline:

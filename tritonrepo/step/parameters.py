@@ -31,7 +31,7 @@ Kind = Literal["int", "float", "flag", "str", "choice", "names", "sizes"]
 # README ("Managing Python Runtime and Libraries", "Input tensor device placement") and
 # tritonrepo_client's control plane (probe_declaration.PROBE_PARAMETER,
 # config_sets.CONFIG_SET_PARAMETER, healing.healer.RESTART_PARAMETER,
-# rollout.PREVIOUS_VERSION_PARAMETER; checked by
+# rollout.PREVIOUS_VERSION_PARAMETER, model_calls.CALLS_PARAMETER; checked by
 # tests/unit/test_step_parameters.py).
 NON_STEP_KEYS: Mapping[str, str] = {
     "EXECUTION_ENV_PATH": "Python backend: the packed Python environment the stub runs in",
@@ -40,6 +40,7 @@ NON_STEP_KEYS: Mapping[str, str] = {
     "tritonrepo_config_set": "tritonrepo_client configs use: the config set a reload came from",
     "tritonrepo_restart": "tritonrepo_client self-healing: marks a reload that restarts stubs",
     "tritonrepo.previous_version": "tritonrepo_client rollout: the version a rollout replaced",
+    "tritonrepo_calls": "the launcher and tritonrepo_client: models this one calls through BLS",
 }
 
 

@@ -40,6 +40,7 @@ from tritonrepo_client.control.healing.diagnosis import (
     runs_in_stubs,
     twice_on_deadline,
 )
+from tritonrepo_client.control.model_calls import used_models
 from tritonrepo_client.control.probe_declaration import PROBE_PARAMETER
 from tritonrepo_client.control.repository import RepositoryClient
 from tritonrepo_client.models import DEFAULT_MODELS
@@ -336,15 +337,15 @@ class Healer:
                 plan[step] = (self._served_by(step), cause)
 
     def _served_by(self, step: str) -> tuple[str, ...]:
-        """Loaded models that are ``step`` or name it as an ensemble step (a served one or
-        one loaded at runtime); the served models when none does (a model called through
-        BLS)."""
-        users = []
-        for model in sorted(self._loaded()):
-            config = self._loaded_config(model)
-            steps = config.get("ensemble_scheduling", {}).get("step", [])
-            if model == step or any(s.get("model_name") == step for s in steps):
-                users.append(model)
+        """Loaded models that are ``step`` or run it (a served one or one loaded at runtime): as
+        an ensemble step or through a BLS call their configs declare (``tritonrepo_calls``:
+        :func:`tritonrepo_client.control.model_calls.used_models`, nested ensembles and calls
+        included); the served models when none does (an undeclared BLS call)."""
+        users = [
+            model
+            for model in sorted(self._loaded())
+            if model == step or step in used_models([model], self._loaded_config)
+        ]
         return tuple(users) or self.served_models()
 
     def _loaded_config(self, model: str) -> dict[str, Any]:

@@ -95,6 +95,8 @@ class PipelineSuite:
         model_file = MODEL_REPOSITORY / core.model / str(core.versions[0]) / "model.onnx"
         if not model_file.is_file():
             pytest.fail(f"{model_file} is missing: run `make artifacts` (make test does it)")
+        # The pipeline alone; the launcher also loads the models its steps declare they call
+        # through BLS (``calls``: ServerOptions.load_models).
         options = server_options(f"pipeline-{pipeline.name}", models=(pipeline.name,))
         with TritonServer(options) as server:
             yield server

@@ -6,10 +6,12 @@ really probes, and what the entrypoint runs before the server.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ import yaml
 from tests.dockerfile_steps import COMPOSE_FILE, DOCKER_DIR, ENTRYPOINT, parse_dockerfile
 from tritonrepo.paths import REPO_ROOT
 from tritonrepo.server import launcher
-from tritonrepo.server.options import default_models
+from tritonrepo.server.options import ServerOptions, default_models
 from tritonrepo_client.cli import app as cli
 from tritonrepo_client.control import health
 
@@ -176,14 +178,17 @@ def test_compose_build_plans_service(compose: dict) -> None:
 
 
 def test_entrypoint_loads_what_the_health_check_probes() -> None:
-    """The image serves the launcher's models, which are the ones `health` probes by default."""
-    match = re.search(r"^models=\(([^)]*)\)", ENTRYPOINT.read_text(), re.M)
-    assert match, "entrypoint.sh: no models=(...) list"
-    assert tuple(match[1].split()) == launcher.DEFAULT_MODELS == health.DEFAULT_MODELS
+    """The image serves the launcher's models, which are the ones `health` probes by default:
+    it asks the launcher's own list (python -m tritonrepo.server.load_list)."""
+    assert "python -m tritonrepo.server.load_list" in ENTRYPOINT.read_text()
+    assert launcher.DEFAULT_MODELS == health.DEFAULT_MODELS
+    assert default_models()[: len(launcher.DEFAULT_MODELS)] == launcher.DEFAULT_MODELS
 
 
 FAKE_PYTHON = """#!/usr/bin/env bash
-# python: `import tensorrt` succeeds when $FAKE_TENSORRT=1; -m runs are logged
+# python: `import tensorrt` succeeds when $FAKE_TENSORRT=1; the load list is the real one; other
+# -m runs are logged
+[[ "$1" == -m && "$2" == tritonrepo.server.load_list ]] && exec "$REAL_PYTHON" "$@"
 if [[ "$1" == "-c" && "$2" == *"import tensorrt"* ]]; then
   [[ "${FAKE_TENSORRT:-0}" == 1 ]]; exit
 fi
@@ -196,11 +201,15 @@ echo "tritonserver $*" >> "$FAKE_LOG"
 
 
 def _entrypoint_repository(root: Path, plans: bool) -> Path:
-    """A copy of the model repository's configs, with or without model.plan files."""
+    """A copy of the model repository's configs (configs/*.pbtxt too), with or without
+    model.plan files."""
     repo = root / "model_repository"
     for config in (REPO_ROOT / "model_repository").glob("*/config.pbtxt"):
         (repo / config.parent.name / "1").mkdir(parents=True)
         shutil.copy(config, repo / config.parent.name / "config.pbtxt")
+        for other in config.parent.glob("configs/*.pbtxt"):
+            (repo / config.parent.name / "configs").mkdir(exist_ok=True)
+            shutil.copy(other, repo / config.parent.name / "configs" / other.name)
         if plans and 'platform: "tensorrt_plan"' in config.read_text():
             (repo / config.parent.name / "1" / "model.plan").write_bytes(b"plan")
     return repo
@@ -224,6 +233,8 @@ def _run_entrypoint(
         "FAKE_LOG": str(log),
         "TRITONREPO_MODEL_REPOSITORY": str(_entrypoint_repository(tmp, plans)),
         "TRITONREPO_REPOSITORY_KEY_FILE": str(tmp / "key"),
+        "REAL_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO_ROOT), os.environ.get("PYTHONPATH")))),
         **env,
     }
     proc = subprocess.run(
@@ -258,11 +269,14 @@ def test_entrypoint_with_plans_starts_the_server(tmp_path) -> None:
     served = default_models(repo)
     assert served[: len(launcher.DEFAULT_MODELS)] == launcher.DEFAULT_MODELS
     assert {"breast_cancer", "nudenet_detector"} <= set(served[len(launcher.DEFAULT_MODELS) :])
+    # ...and what they call through BLS (config.pbtxt's ctr_session, a plan, calls nothing).
+    loaded = ServerOptions(model_repository=repo, models=served, model_config_name=None)
     assert check == (
         f"python -m tritonrepo.server.preflight --repository {repo} --model-config-name  "
-        + " ".join(f"--model={m}" for m in served)
+        + " ".join(f"--model={m}" for m in loaded.load_models)
     )
     assert serve.startswith("tritonserver ") and "--model-control-mode=explicit" in serve
+    assert " ".join(f"--load-model={m}" for m in loaded.load_models) in serve
     locked = "model-repository,shared-memory,logging,trace:x-model-repository-key=sekrit"
     assert f"--http-restricted-api={locked}" in serve
     assert f"--grpc-restricted-protocol={locked}" in serve
@@ -284,6 +298,9 @@ def test_entrypoint_cpu_config_needs_no_plans(tmp_path) -> None:
     check, serve = log.splitlines()
     assert "--model-config-name cpu" in check
     assert serve.startswith("tritonserver ") and "--model-config-name=cpu" in serve
+    # configs/cpu.pbtxt's ctr_session calls ctr_model through BLS: loaded first, checked too.
+    assert serve.index("--load-model=ctr_model ") < serve.index("--load-model=ctr_session ")
+    assert "--model=ctr_model" in check
 
 
 def test_entrypoint_locks_the_same_apis_as_the_launcher() -> None:

@@ -46,7 +46,7 @@ import numpy as np
 from builders.metadata import BUILD_METADATA_FILE, write_metadata
 from builders.onnx_export.quantization import quantize_qdq
 from builders.pipeline.graph import ModelSourceError, obtain_model
-from builders.pipeline.in_process import InProcess
+from builders.pipeline.in_process import InProcess, Replay
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo.pipelines.description import DescriptionError, Pipeline, discover, import_ref, load
 from tritonrepo.server import stub_numpy
@@ -70,8 +70,9 @@ def source_digest(pipeline: Pipeline) -> str:
     return digest.hexdigest()
 
 
-def samples_of(pipeline: Pipeline) -> dict[str, np.ndarray]:
-    """The description's sample request tensors.
+def samples_of(pipeline: Pipeline) -> Any:
+    """The description's sample request tensors (a stateful pipeline: a list of sessions, each
+    ``{input: [events, ...]}``).
 
     Raises:
         ModelSourceError: the description has no ``[samples]``.
@@ -85,6 +86,10 @@ def core_feeds(pipeline: Pipeline, model: Path | bytes) -> dict[str, np.ndarray]
     """The core model's inputs for the samples: ``preprocess(samples())`` restricted to the
     graph's inputs (a batch-only graph input is flattened to ``[n]``); ``model`` is the
     ``.onnx`` file or the serialized graph."""
+    if pipeline.stateful:  # every session's events through the step, replayed from START
+        replay = Replay(pipeline, model)
+        outs = [replay.step_outputs(events) for events in samples_of(pipeline)]
+        return replay.runner.core_feeds({k: np.concatenate([o[k] for o in outs]) for k in outs[0]})
     runner = InProcess(pipeline, model)
     return runner.core_feeds(runner.pre(dict(samples_of(pipeline))))
 

@@ -278,21 +278,12 @@ def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = F
     Raises:
         DescriptionError: every problem found, nothing written.
     """
+    if pipeline.stateful:
+        from builders.pipeline.checks_stateful import check_stateful
+
+        return check_stateful(pipeline, repository, owned, force)
     problems: list[str] = []
-    for field, model in zip(("name", "preprocess.model", "model.model", "postprocess.model"),
-                            pipeline.models, strict=False):  # fmt: skip
-        if (repository / model).exists() and model not in owned and not force:
-            owner = _owner(repository / model)
-            problems.append(
-                f"{field}: '{model}' clashes with an existing model in {repository.name}/"
-                f"{f' ({owner})' if owner else ''}; "
-                + (
-                    "pick another name"
-                    if field == "name"
-                    else f"set {field} = '<another name>', or pick another name"
-                )
-                + " (--force replaces that model: its files are lost)"
-            )
+    _check_clashes(pipeline, repository, owned, force, problems)
     _check_calls(pipeline, repository, problems)
     pre = _import(
         pipeline.preprocess.ref,
@@ -322,6 +313,24 @@ def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = F
     if problems:
         raise DescriptionError(pipeline.source, problems)
     return Checked(core_inputs, core_outputs, probe, model, model is None or tensorrt_parses(model))
+
+
+def _check_clashes(pipeline: Pipeline, repository: Path, owned: set[str], force: bool,
+                   problems: list[str]) -> None:  # fmt: skip
+    """Each of the pipeline's models against the folders already in ``repository``."""
+    for field, model in zip(pipeline.model_fields, pipeline.models, strict=True):
+        if (repository / model).exists() and model not in owned and not force:
+            owner = _owner(repository / model)
+            problems.append(
+                f"{field}: '{model}' clashes with an existing model in {repository.name}/"
+                f"{f' ({owner})' if owner else ''}; "
+                + (
+                    "pick another name"
+                    if field == "name"
+                    else f"set {field} = '<another name>', or pick another name"
+                )
+                + " (--force replaces that model: its files are lost)"
+            )
 
 
 def _check_calls(pipeline: Pipeline, repository: Path, problems: list[str]) -> None:

@@ -71,19 +71,29 @@ def render_files(pipeline: Pipeline, checked: Checked, repository: Path) -> dict
     post_in = [*core_out, *pre.outputs]
     out_by_name = {t.name: t for t in pipeline.outputs}
     files: dict[Path, str] = {}
-    ensemble = repository / pipeline.name
-    files[ensemble / "config.pbtxt"] = render.ensemble_config(
-        pipeline, checked.core_inputs, checked.core_outputs, checked.probe
-    )
-    files[ensemble / "1" / ".gitkeep"] = ""
 
     def names(tensors: Sequence) -> str:
         return ", ".join(t.name for t in tensors)
 
-    for number, step, ins, outs in (
+    steps = (
         (1, pre, pipeline.inputs, pre_out),
         (3, post, post_in, [out_by_name[t.name] for t in pipeline.outputs]),
-    ):
+    )
+    if pipeline.session is not None:  # the session model answers; no ensemble, no step models
+        folder = repository / pipeline.session.model
+        files[folder / "config.pbtxt"] = render.session_config(
+            pipeline, checked.core_inputs, checked.core_outputs, checked.probe
+        )
+        summary = f"{names(pipeline.inputs)} -> {names(pipeline.outputs)}"
+        files[folder / "1" / "model.py"] = render.model_py(pipeline, None, 0, summary)
+        steps = ()
+    else:
+        ensemble = repository / pipeline.name
+        files[ensemble / "config.pbtxt"] = render.ensemble_config(
+            pipeline, checked.core_inputs, checked.core_outputs, checked.probe
+        )
+        files[ensemble / "1" / ".gitkeep"] = ""
+    for number, step, ins, outs in steps:
         folder = repository / step.model
         for config_set in step.deployments:
             path = folder / (

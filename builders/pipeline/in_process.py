@@ -37,7 +37,8 @@ class InProcess:
         self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         self.names = [o.name for o in self.session.get_outputs()]
         self.flat = {i.name for i in self.session.get_inputs() if len(i.shape) == 1}
-        self.pre = import_ref(pipeline.preprocess.function)
+        pre = pipeline.preprocess.function  # None for a stateful pipeline (its session step)
+        self.pre = import_ref(pre) if pre else None
         self.post = import_ref(pipeline.postprocess.function)
 
     def core_feeds(self, pre_out: Mapping[str, Any]) -> Tensors:
@@ -66,3 +67,30 @@ class InProcess:
         """Batch-first request tensors → the pipeline's response tensors."""
         pre_out = self.pre(dict(inputs))
         return self.post(self.post_inputs(pre_out, self.run_core(self.core_feeds(pre_out))))
+
+
+class Replay:
+    """A stateful pipeline (``[sequence]``) in one process: its ``step`` replayed from START
+    over a session's events, the core model on every event's step outputs (ONNX Runtime, CPU),
+    its postprocess function; the same arguments as :class:`InProcess`."""
+
+    def __init__(self, pipeline: Pipeline, model: Path | bytes, options: Any = None) -> None:
+        assert pipeline.session is not None, "Replay runs a stateful pipeline"
+        self.runner = InProcess(pipeline, model, options)
+        self.step = import_ref(pipeline.session.step)
+
+    def step_outputs(self, events: Mapping[str, np.ndarray]) -> Tensors:
+        """The step's outputs for the events of one session (batch-first, one row per event,
+        in order), joined along axis 0: ``state`` starts as None and is carried over."""
+        rows = len(next(iter(events.values())))
+        state, outputs = None, []
+        for i in range(rows):
+            state, out = self.step(state, {k: np.asarray(v)[i : i + 1] for k, v in events.items()})
+            outputs.append(out)
+        return {k: np.concatenate([np.asarray(o[k]) for o in outputs]) for k in outputs[0]}
+
+    def __call__(self, events: Mapping[str, np.ndarray]) -> Tensors:
+        """The responses to every event of one session, one row per event."""
+        step_out = self.step_outputs(events)
+        results = self.runner.run_core(self.runner.core_feeds(step_out))
+        return self.runner.post(self.runner.post_inputs(step_out, results))

@@ -21,6 +21,8 @@ GENERATED = (
     "edit that file and run `tritonrepo-new pipeline {name}` again."
 )
 STEP_CLASS = "tritonrepo.pipelines.function_step:FunctionStep"
+SESSION_CLASS = "tritonrepo.pipelines.session_step:SessionStep"
+CONTROL_KINDS = {"start": "START", "end": "END", "ready": "READY", "corrid": "CORRID"}
 LINE_LENGTH = 100  # ruff's, for the generated model.py
 CODE_ROOT = "../.."  # from a model's folder to the checkout root: pipelines.<name> imports
 
@@ -253,16 +255,88 @@ def core_config(
     )
 
 
-def model_py(pipeline: Pipeline, step: Step, number: int, summary: str) -> str:
+def session_config(
+    pipeline: Pipeline, core_inputs: Sequence[CoreTensor], core_outputs: Sequence[CoreTensor],
+    probe: str | None,
+) -> str:  # fmt: skip
+    """The session model's ``config.pbtxt`` (a stateful pipeline): Python backend,
+    ``sequence_batching`` (Oldest strategy, the description's idle timeout and controls) and the
+    parameters of :class:`tritonrepo.pipelines.session_step.SessionStep`."""
+    sequence, session = pipeline.sequence, pipeline.session
+    assert sequence is not None and session is not None
+    controls = []
+    for key, name in sequence.controls.items():
+        if not name:
+            continue
+        kind = f"CONTROL_SEQUENCE_{CONTROL_KINDS[key]}"
+        value = "data_type: TYPE_UINT64" if key == "corrid" else "int32_false_true: [ 0, 1 ]"
+        controls.append(f'    {{ name: "{name}" control [ {{ kind: {kind} {value} }} ] }}')
+    step_outputs = [*(c.as_tensor() for c in core_inputs), *pipeline.preprocess.outputs]
+    core_batch = min(
+        d.max_batch_size or pipeline.max_batch_size for d in pipeline.core.deployments.values()
+    )
+    parameters = {
+        "step": session.step,
+        "postprocess": pipeline.postprocess.function or "",
+        "code_root": CODE_ROOT,
+        "core_model": pipeline.core.model,
+        "core_inputs": ",".join(c.name for c in core_inputs),
+        "core_outputs": ",".join(c.name for c in core_outputs),
+        "core_max_batch_size": str(core_batch),
+        "step_outputs": json.dumps(
+            [
+                {
+                    "name": t.name,
+                    "data_type": "TYPE_" + ("STRING" if t.dtype == "BYTES" else t.dtype),
+                    "dims": list(t.dims),
+                }
+                for t in step_outputs
+            ],
+            separators=(",", ":"),
+        ),
+        "max_sessions": str(sequence.max_sessions),
+        "controls": f"{sequence.controls['start']},{sequence.controls['end']}",
+        CALLS_PARAMETER: pipeline.core.model,
+    }
+    if probe is not None:
+        parameters["tritonrepo_probe"] = probe
+    return "".join(
+        [
+            _header(pipeline, pipeline.summary, session.doc or pipeline.doc),
+            f'name: "{session.model}"\nbackend: "python"\n',
+            f"max_batch_size: {pipeline.max_batch_size}\n",
+            _io("input", pipeline.inputs),
+            _io("output", pipeline.outputs, labels=True),
+            f"instance_group [ {{ count: {session.instances} kind: KIND_CPU }} ]\n",
+            "# One event per request; each instance keeps its own sessions (Triton routes every\n"
+            "# request of a sequence to one instance). Oldest strategy: up to\n"
+            "# max_candidate_sequences open sessions per instance, batched across sessions.\n",
+            "sequence_batching {\n",
+            f"  max_sequence_idle_microseconds: {sequence.idle_timeout_us}\n",
+            "  control_input [\n" + ",\n".join(controls) + "\n  ]\n",
+            f"  oldest {{ max_candidate_sequences: {sequence.max_candidate_sequences} "
+            f"max_queue_delay_microseconds: {sequence.max_queue_delay_us} }}\n}}\n",
+            _parameters(parameters),
+        ]
+    )
+
+
+def model_py(pipeline: Pipeline, step: Step | None, number: int, summary: str) -> str:
     """The step's 7-line ``model.py``: the Python backend's ``TritonPythonModel`` as a
-    subclass of the step class (``FunctionStep`` for a function)."""
-    module, _, cls = (step.step or STEP_CLASS).partition(":")
-    logic = step.function or step.step
+    subclass of the step class (``FunctionStep`` for a function; ``SessionStep`` for the
+    session model of a stateful pipeline, ``step`` None)."""
+    if step is None:
+        assert pipeline.session is not None
+        module, _, cls = SESSION_CLASS.partition(":")
+        logic, what = pipeline.session.step, "session model"
+    else:
+        module, _, cls = (step.step or STEP_CLASS).partition(":")
+        logic, what = step.function or step.step, f"step {number}"
     candidates = (
-        f'"""{pipeline.name} step {number}: {summary} (logic: {logic})."""',
-        f'"""{pipeline.name} step {number}: {summary}."""',
-        f'"""{pipeline.name} step {number} (logic: {logic})."""',
-        f'"""{pipeline.name} step {number}."""',
+        f'"""{pipeline.name} {what}: {summary} (logic: {logic})."""',
+        f'"""{pipeline.name} {what}: {summary}."""',
+        f'"""{pipeline.name} {what} (logic: {logic})."""',
+        f'"""{pipeline.name} {what}."""',
     )
     first = next((c for c in candidates if len(c) <= LINE_LENGTH), candidates[-1])
     return (
@@ -278,12 +352,14 @@ def test_module(pipeline: Pipeline) -> str:
     to this description."""
     source = pipeline.source.relative_to(pipeline.source.parents[2]).as_posix()
     cls = "".join(part.title() for part in pipeline.name.split("_"))
+    module, suite = ("session_suite", "SessionSuite") if pipeline.stateful else (
+        "pipeline_suite", "PipelineSuite")  # fmt: skip
     return (
         f'"""{pipeline.name} served (HTTP and gRPC) against its functions and model in one '
         f'process.\n\n{GENERATED.format(source=source, name=pipeline.name)}\n"""\n\n'
         "import pytest\n\n"
-        "from tests.pipeline_suite import PipelineSuite\n\n"
+        f"from tests.{module} import {suite}\n\n"
         "pytestmark = pytest.mark.server\n\n\n"
-        f"class Test{cls}(PipelineSuite):\n"
+        f"class Test{cls}({suite}):\n"
         f'    DESCRIPTION = "{source}"\n'
     )

@@ -21,6 +21,7 @@ from tritonrepo.ctr.sessions import SessionStore
 from tritonrepo.step.errors import InvalidRequest
 from tritonrepo.step.parameters import REQUIRED, Parameter
 from tritonrepo.step.python_step import Outputs, PythonStep
+from tritonrepo.step.sessions import read_controls
 
 
 class PreprocessStep(PythonStep):
@@ -151,10 +152,9 @@ class SessionStep(PythonStep):
 
     def read_inputs(self, request: Any) -> dict[str, Any]:
         inputs: dict[str, Any] = super().read_inputs(request)
-        for control in ("START", "END"):
-            tensor = self.pb_utils.get_input_tensor_by_name(request, control)
-            inputs[control] = bool(tensor is not None and tensor.as_numpy().reshape(-1)[0])
-        inputs["correlation_id"] = request.correlation_id()
+        controls = read_controls(self.pb_utils, request)
+        inputs["START"], inputs["END"] = controls.start, controls.end
+        inputs["correlation_id"] = controls.key
         return inputs
 
     def prepare(self, inputs: dict[str, Any]) -> _SessionEvent:

@@ -24,6 +24,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tritonrepo.pipelines.stateful import (
+    SequenceSpec,
+    SessionSpec,
+    check_stateful_tables,
+    parse_sequence,
+    parse_session,
+    session_outputs,
+)
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -157,6 +166,13 @@ class Pipeline:
     samples: str | None
     tests: bool
     source: Path
+    sequence: SequenceSpec | None = None  # [sequence]: a stateful pipeline (stateful.py)
+    session: SessionSpec | None = None  # [session]: its step(state, inputs) function
+
+    @property
+    def stateful(self) -> bool:
+        """True for a pipeline with a ``[sequence]`` table (a session model, no ensemble)."""
+        return self.sequence is not None
 
     @property
     def folder(self) -> Path:
@@ -164,9 +180,19 @@ class Pipeline:
         return self.source.parent
 
     @property
-    def models(self) -> tuple[str, str, str, str]:
-        """The four model names: ensemble, preprocess, core, postprocess."""
+    def models(self) -> tuple[str, ...]:
+        """The model names: ensemble, preprocess, core, postprocess; for a stateful pipeline
+        the session model and the core."""
+        if self.session is not None:
+            return (self.session.model, self.core.model)
         return (self.name, self.preprocess.model, self.core.model, self.postprocess.model)
+
+    @property
+    def model_fields(self) -> tuple[str, ...]:
+        """The description's field naming each of :attr:`models`."""
+        if self.session is not None:
+            return ("session.model", "model.model")
+        return ("name", "preprocess.model", "model.model", "postprocess.model")
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -485,6 +511,7 @@ _TOP_KEYS = (
     "samples",
     "tests",
     "sequence",
+    "session",
 )
 
 
@@ -505,12 +532,12 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
     max_batch = r.get(data, "max_batch_size", "", int, DEFAULT_MAX_BATCH_SIZE)
     if max_batch < 1:
         r.problem("max_batch_size", f"{max_batch}: give 1 or more (the generator always batches)")
+    sequence = session = None
     if "sequence" in data:
-        r.problem(
-            "sequence",
-            "stateful pipelines are not generated; write the sequence_batching configs by hand "
-            "as ctr_session does (docs/models/ctr_session.md)",
-        )
+        sequence = parse_sequence(r, data["sequence"])
+        session = parse_session(r, data.get("session"), name, REF_PATTERN)
+    elif "session" in data:
+        r.problem("session", "needs a [sequence] table (a stateful pipeline); add one or drop it")
     samples = None
     if "samples" in data:
         table = data["samples"]
@@ -521,6 +548,17 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
                 r.problem("samples.function", f"{samples!r} is not 'package.module:function'")
         else:
             r.problem("samples", "must be a table with function = 'module:function'")
+    if sequence is not None:
+        pre = Step("", None, None, session_outputs(data.get("session"), _tensors, r), {})
+        post_raw = data.get("postprocess")
+        post_raw = {k: v for k, v in post_raw.items() if k == "function"} if isinstance(
+            post_raw, dict) else None  # fmt: skip
+        if post_raw == {}:
+            r.problem("postprocess.function", "is missing; give function = 'module:function'")
+        post = replace(_step(r, post_raw, "postprocess", "", False), model="", deployments={})
+    else:
+        pre = _step(r, data.get("preprocess"), "preprocess", f"{name}_preprocess", True)
+        post = _step(r, data.get("postprocess"), "postprocess", f"{name}_postprocess", False)
     pipeline = Pipeline(
         name=name,
         summary=r.get(data, "summary", "", str, ""),
@@ -528,13 +566,17 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
         max_batch_size=max_batch,
         inputs=_tensors(r, data.get("input"), "input"),
         outputs=_tensors(r, data.get("output"), "output"),
-        preprocess=_step(r, data.get("preprocess"), "preprocess", f"{name}_preprocess", True),
+        preprocess=pre,
         core=_core(r, data.get("model"), name, max_batch),
-        postprocess=_step(r, data.get("postprocess"), "postprocess", f"{name}_postprocess", False),
+        postprocess=post,
         samples=samples,
         tests=r.get(data, "tests", "", bool, True),
         source=source,
+        sequence=sequence,
+        session=session,
     )
+    if sequence is not None:
+        check_stateful_tables(r, data, sequence, [t.name for t in pipeline.inputs])
     if not pipeline.inputs:
         r.problem("input", "no request tensors; add [[input]] tables (name, dtype, dims)")
     if not pipeline.outputs:
@@ -542,7 +584,7 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
     names = [m for m in pipeline.models if m]
     if len(set(names)) != len(names):
         r.problem("model", f"the models' names must differ: {names}")
-    for model in names[1:]:
+    for model in names if sequence is not None else names[1:]:
         if not NAME_PATTERN.match(model):
             r.problem("model", f"{model!r} is not a valid model name (lower-case, digits, _)")
     for where, step in (("preprocess", pipeline.preprocess), ("postprocess", pipeline.postprocess)):

@@ -1,0 +1,207 @@
+"""The tests every stateful described pipeline (``[sequence]``) gets:
+``tests/pipelines/test_<name>.py`` (written by ``tritonrepo-new``) subclasses
+:class:`SessionSuite` with its description.
+
+The served session model (a server of the class's own, CPU configs, the pipeline alone: the
+launcher loads the core model it calls) is compared, event by event, with the stateless answer
+on the whole history so far: the description's step replayed from START over the history, the
+built ``model.onnx`` in ONNX Runtime and the postprocess function, in this process
+(:class:`builders.pipeline.in_process.Replay`). Over HTTP and gRPC: the sample sessions
+interleaved, and run concurrently; END frees a session (continuing it is refused, starting it
+again begins afresh); a request without START for an unknown ID is refused; a bad event gets
+its own error and changes no state; the declared health probe passes; a session idle past the
+idle timeout (1 s here, by a config override) is refused, and the server still serves.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pytest
+
+from builders.pipeline.in_process import Replay
+from tests.conftest import server_options, wait_for
+from tests.pipeline_suite import assert_same, bad_value
+from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
+from tritonrepo.pipelines.description import Pipeline, import_ref, load
+from tritonrepo.server.launcher import TritonServer
+from tritonrepo_client import ClientError
+from tritonrepo_client.connection import TritonConnection
+from tritonrepo_client.control.health import check_health
+
+PROTOCOLS = ["http", "grpc"]
+CONCURRENCY = 8  # sessions sent at once, each from its own thread
+IDLE_TEST_S = 1.0  # the idle timeout the expiry test loads the model with
+
+
+class SessionSuite:
+    """Subclasses set ``DESCRIPTION`` (the ``pipeline.toml`` path, relative to the checkout)."""
+
+    DESCRIPTION = ""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def pipeline(cls) -> Pipeline:
+        return load(REPO_ROOT / cls.DESCRIPTION)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def sessions(cls, pipeline: Pipeline) -> list[dict[str, np.ndarray]]:
+        return [{k: np.asarray(v) for k, v in s.items()} for s in import_ref(pipeline.samples)()]
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def replay(cls, pipeline: Pipeline) -> Replay:
+        core = pipeline.core
+        path = MODEL_REPOSITORY / core.model / str(core.versions[0]) / "model.onnx"
+        if not path.is_file():
+            pytest.fail(f"{path} is missing: run `make artifacts` (make test does it)")
+        return Replay(pipeline, path)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def server(cls, pipeline: Pipeline, replay: Replay):
+        options = server_options(f"pipeline-{pipeline.name}", models=(pipeline.models[0],))
+        with TritonServer(options) as server:
+            yield server
+
+    # --- helpers --------------------------------------------------------------------------------
+    @staticmethod
+    def new_id(pipeline: Pipeline, tag: str) -> int | str:
+        """A fresh correlation ID of the description's kind."""
+        assert pipeline.sequence is not None
+        if pipeline.sequence.correlation_id == "uint64":
+            return 1 + secrets.randbelow(2**63 - 1)
+        return f"{tag}-{secrets.token_hex(6)}"
+
+    @staticmethod
+    def event(events: dict[str, np.ndarray], j: int) -> dict[str, np.ndarray]:
+        return {k: v[j : j + 1] for k, v in events.items()}
+
+    @staticmethod
+    def send(conn: TritonConnection, pipeline: Pipeline, inputs: dict[str, np.ndarray], key: Any,
+             start: bool = False, end: bool = False) -> dict[str, np.ndarray]:  # fmt: skip
+        return conn.infer(
+            pipeline.models[0], inputs, [t.name for t in pipeline.outputs],
+            sequence_id=key, sequence_start=start, sequence_end=end,
+        )  # fmt: skip
+
+    @staticmethod
+    def expected(replay: Replay, events: dict[str, np.ndarray], j: int) -> dict[str, np.ndarray]:
+        """The stateless answer to event ``j``: the step replayed over events 0..j."""
+        answers = replay({k: v[: j + 1] for k, v in events.items()})
+        return {k: np.asarray(v)[-1:] for k, v in answers.items()}
+
+    def run_session(self, conn, pipeline, replay, events, tag: str) -> None:
+        key = self.new_id(pipeline, tag)
+        count = len(next(iter(events.values())))
+        for j in range(count):
+            got = self.send(conn, pipeline, self.event(events, j), key, j == 0, j == count - 1)
+            assert_same(got, self.expected(replay, events, j), f"{tag} event {j}")
+
+    # --- tests ----------------------------------------------------------------------------------
+    @pytest.mark.parametrize("protocol", PROTOCOLS)
+    def test_interleaved_sessions_each_equal_the_replay_of_their_history(
+        self, pipeline, sessions, replay, server, protocol
+    ):
+        keys = [self.new_id(pipeline, f"interleaved{i}") for i in range(len(sessions))]
+        counts = [len(next(iter(s.values()))) for s in sessions]
+        with TritonConnection(server.options.url(protocol), protocol) as conn:
+            for j in range(max(counts)):  # event j of every session, then event j + 1 ...
+                for i, (events, key) in enumerate(zip(sessions, keys, strict=True)):
+                    if j >= counts[i]:
+                        continue
+                    got = self.send(conn, pipeline, self.event(events, j), key, j == 0,
+                                    j == counts[i] - 1)  # fmt: skip
+                    where = f"{protocol}, session {i} event {j}"
+                    assert_same(got, self.expected(replay, events, j), where)
+
+    def test_concurrent_sessions_each_get_their_own_answers(
+        self, pipeline, sessions, replay, server
+    ):
+        def one(n: int) -> None:
+            with TritonConnection(server.options.url("http")) as conn:
+                self.run_session(conn, pipeline, replay, sessions[n % len(sessions)], f"c{n}")
+
+        with ThreadPoolExecutor(CONCURRENCY) as pool:
+            list(pool.map(one, range(2 * CONCURRENCY)))
+
+    @pytest.mark.parametrize("protocol", PROTOCOLS)
+    def test_end_frees_the_session_and_start_begins_afresh(
+        self, pipeline, sessions, replay, server, protocol
+    ):
+        events = sessions[0]
+        key = self.new_id(pipeline, "ended")
+        with TritonConnection(server.options.url(protocol), protocol) as conn:
+            self.send(conn, pipeline, self.event(events, 0), key, start=True)
+            self.send(conn, pipeline, self.event(events, 1), key, end=True)
+            with pytest.raises(ClientError, match="START"):
+                self.send(conn, pipeline, self.event(events, 2), key)
+            got = self.send(conn, pipeline, self.event(events, 2), key, start=True, end=True)
+        third_alone = {k: v[2:3] for k, v in events.items()}
+        assert_same(got, self.expected(replay, third_alone, 0), "restarted session")
+
+    @pytest.mark.parametrize("protocol", PROTOCOLS)
+    def test_a_request_without_start_for_an_unknown_id_is_refused(
+        self, pipeline, sessions, server, protocol
+    ):
+        key = self.new_id(pipeline, "never-started")
+        with (
+            TritonConnection(server.options.url(protocol), protocol) as conn,
+            pytest.raises(ClientError, match="START") as info,
+        ):
+            self.send(conn, pipeline, self.event(sessions[0], 0), key)
+        assert pipeline.models[0] in str(info.value), info.value
+        assert server.process is not None and server.process.poll() is None
+
+    def test_a_bad_event_fails_alone_and_changes_no_state(self, pipeline, sessions, replay, server):
+        events = sessions[0]
+        bad = bad_value(pipeline, self.event(events, 1))
+        key = self.new_id(pipeline, "bad")
+        with TritonConnection(server.options.url("http")) as conn:
+            self.send(conn, pipeline, self.event(events, 0), key, start=True)
+            with pytest.raises(ClientError) as info:
+                self.send(conn, pipeline, bad, key)
+            assert pipeline.models[0] in str(info.value), info.value
+            got = self.send(conn, pipeline, self.event(events, 1), key, end=True)
+        assert_same(got, self.expected(replay, events, 1), "the event after the bad one")
+
+    def test_the_declared_health_probe_passes(self, pipeline, server):
+        with TritonConnection(server.options.http_url) as conn:
+            checks = check_health(conn, [pipeline.models[0]])
+        assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+        assert any(c.name == f"{pipeline.models[0]} inference" for c in checks), checks
+
+    def test_zz_an_idle_session_expires_with_a_clear_error(
+        self, pipeline, sessions, replay, server
+    ):
+        """Runs last: the session model is reloaded with a 1 s idle timeout (a load-API
+        config override), then restored from its file."""
+        from tritonrepo_client import RepositoryClient
+
+        model = pipeline.models[0]
+        repo = RepositoryClient(server.options.http_url, key=server.options.repository_key)
+        config = repo.config(model)
+        config["sequence_batching"]["max_sequence_idle_microseconds"] = int(IDLE_TEST_S * 1e6)
+        repo.load(model, config=config)
+        events = sessions[0]
+        try:
+            with TritonConnection(server.options.http_url) as conn:
+                key = self.new_id(pipeline, "idle")
+                self.send(conn, pipeline, self.event(events, 0), key, start=True)
+                sent = time.monotonic()
+                # Idleness is the condition under test: nothing may touch the session meanwhile.
+                wait_for("the idle timeout and Triton's reaper to pass",
+                         lambda: time.monotonic() - sent > 3 * IDLE_TEST_S, 10)  # fmt: skip
+                with pytest.raises(ClientError, match="START"):
+                    self.send(conn, pipeline, self.event(events, 1), key)
+                got = self.send(conn, pipeline, self.event(events, 1), key, start=True, end=True)
+            second_alone = {k: v[1:2] for k, v in events.items()}
+            assert_same(got, self.expected(replay, second_alone, 0), "a fresh session")
+        finally:
+            repo.unload(model)
+            repo.load(model)

@@ -1,0 +1,108 @@
+"""The generic session model of a stateful described pipeline (``[sequence]``): a Python model
+with ``sequence_batching`` that keeps each session's state, runs the user's
+``step(state, inputs) -> (state, outputs)`` on each event, calls the core model through BLS and
+answers with the ``[postprocess]`` function (:mod:`tritonrepo.pipelines.session_calls`).
+
+A generated ``model_repository/<pipeline>/1/model.py`` is a one-line subclass of
+:class:`SessionStep`; its ``config.pbtxt`` names the functions and the core model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tritonrepo.pipelines.function_calls import load_function, output_specs
+from tritonrepo.pipelines.session_calls import Event, SessionEvents, Tensors
+from tritonrepo.step.parameters import REQUIRED, Parameter
+from tritonrepo.step.python_step import Outputs, PythonStep
+from tritonrepo.step.sessions import SessionStore, read_controls
+
+
+class SessionStep(PythonStep):
+    """Inputs: the config's inputs, each ``[1, *dims]`` (one event per request), plus the
+    sequence batcher's START/END controls and the request's correlation ID. Outputs: the
+    config's outputs, ``[1, *dims]``.
+
+    State (:class:`~tritonrepo.step.sessions.SessionStore`, one per instance: Triton routes a
+    sequence to one instance) is created at START, dropped at END, evicted after
+    ``sequence_batching.max_sequence_idle_microseconds`` plus :attr:`IDLE_GRACE_S` without a
+    request (Triton has dropped the sequence by then and gives no callback), and bounded by
+    ``max_sessions``: a new session beyond it is refused with a per-request error.
+
+    Per request (as its error; the others are served): InvalidRequest for a request without
+    state and without START, a refused new session, a batch over 1, or a ``ValueError``
+    from the step or postprocess function; an internal error when a
+    function raises anything else, returns outputs that do not fit, or the core model fails.
+
+    Raises:
+        FunctionImportError: from ``initialize``: a function cannot be loaded.
+        ParameterError: from ``initialize``: a parameter does not fit :attr:`PARAMETERS`.
+    """
+
+    IDLE_GRACE_S = 1.0
+    PARAMETERS = (
+        Parameter("step", "str", REQUIRED, "module:function", "step(state, inputs)"),
+        Parameter("postprocess", "str", REQUIRED, "module:function", "the response's function"),
+        Parameter("code_root", "str", "../..", "directory", "put on sys.path before importing"),
+        Parameter("core_model", "str", REQUIRED, "model", "the model BLS calls go to"),
+        Parameter("core_inputs", "names", REQUIRED, "tensors", "step outputs sent to the core"),
+        Parameter("core_outputs", "names", REQUIRED, "tensors", "core outputs for postprocess"),
+        Parameter("core_max_batch_size", "int", REQUIRED, "rows", "rows per BLS call", minimum=1),
+        Parameter(
+            "step_outputs",
+            "str",
+            REQUIRED,
+            "JSON",
+            "the step's outputs: [{name, data_type, dims}] (core inputs and extras)",
+        ),
+        Parameter("max_sessions", "int", REQUIRED, "sessions", "per instance", minimum=1),
+        Parameter("controls", "names", ("START", "END"), "tensors", "START and END control inputs"),
+    )
+
+    def setup(self) -> None:
+        s = self.settings
+        root = self.version_dir.parent / Path(s["code_root"])
+        idle_us = int(self.model_config["sequence_batching"]["max_sequence_idle_microseconds"])
+        self.store = SessionStore(idle_us / 1e6 + self.IDLE_GRACE_S, s["max_sessions"],
+                                  when_full="refuse")  # fmt: skip
+        self.controls = s["controls"]
+        self.core_model, self.core_outputs = s["core_model"], s["core_outputs"]
+        max_batch = int(self.model_config.get("max_batch_size", 1))
+        self.events = SessionEvents(
+            load_function(s["step"], root), s["step"],
+            load_function(s["postprocess"], root), s["postprocess"],
+            self.store, output_specs(json.loads(s["step_outputs"])), s["core_inputs"],
+            output_specs(self.model_config["output"], max_batch), self._call_core,
+            s["core_max_batch_size"],
+        )  # fmt: skip
+
+    def read_inputs(self, request: Any) -> dict[str, Any]:
+        inputs = super().read_inputs(request)
+        controls = read_controls(self.pb_utils, request, *self.controls[:2])
+        return {"event": Event(controls.key, controls.start, controls.end, inputs)}
+
+    def prepare(self, inputs: dict[str, Any]) -> Event:
+        return inputs["event"]
+
+    def run(self, items: list[Event]) -> list[Outputs | Exception]:
+        return self.events.run(items)
+
+    def _call_core(self, feeds: Tensors) -> Tensors | Exception:
+        """The core model on ``feeds`` through BLS; its error as a RuntimeError."""
+        pb = self.pb_utils
+        request = pb.InferenceRequest(
+            model_name=self.core_model,
+            requested_output_names=list(self.core_outputs),
+            inputs=[pb.Tensor(name, np.ascontiguousarray(v)) for name, v in feeds.items()],
+        )
+        response = request.exec()
+        if response.has_error():
+            return RuntimeError(f"{self.core_model}: {response.error().message()}")
+        return {
+            name: self.host_array(pb.get_output_tensor_by_name(response, name))
+            for name in self.core_outputs
+        }

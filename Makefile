@@ -128,8 +128,11 @@ build/tensorrt/real_texts.json: $(STAMP) builders/tensorrt/plan_data.py referenc
 serve: artifacts guard-deps
 	$(PY) -m tritonrepo.server.serve $(SERVE_ARGS)
 
+# The test files run on TEST_WORKERS pytest-xdist workers, a file on one worker with its servers
+# (--dist loadfile); TEST_WORKERS=0 runs them all in one process.
+TEST_WORKERS ?= 2
 test: artifacts perf-deps k8s-deps monitoring-deps guard-deps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # No server, no artifacts (tests/unit/, under a minute): what to run after a change to the logic.
 test-unit: setup

@@ -20,7 +20,12 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritonrepo_client.model_repository.config_sets import CONFIG_FILE, config_path
+from tritonrepo_client.model_repository.config_sets import (
+    CONFIG_FILE,
+    CONFIG_SETS,
+    config_path,
+    set_name,
+)
 
 ModelConfig = mc.ModelConfig
 
@@ -108,6 +113,18 @@ def models_where(
         if keep(config):
             names.append(model)
     return names
+
+
+def core_runtime_models(repository: Path, config_set: str | None = None) -> list[str]:
+    """The models whose config in ``config_set`` (a set of the table) runs on the set's core
+    runtime (``tensorrt_plan``, ``onnxruntime_python``, ``torch_python``), by name: the models
+    whose files that set's build makes (TensorRT plans, ONNX files, ``torch.export`` programs).
+
+    Raises:
+        KeyError: ``config_set`` is not in the table of config sets.
+    """
+    runtime = CONFIG_SETS[set_name(config_set)].core_runtime
+    return models_where(repository, config_set, lambda c: runtime in (c.platform, c.backend))
 
 
 def ensembles(repository: Path, config_set: str | None = None) -> list[str]:

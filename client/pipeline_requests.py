@@ -25,26 +25,14 @@ from typing import Any
 import numpy as np
 
 from tritonrepo_client.input_casts import cast_input
+from tritonrepo_client.model_repository.dtypes import NUMPY_TYPES
 from tritonrepo_client.triton_messages import Kind, kinds_in
 
-# KServe v2 datatypes → numpy dtypes of the arrays sent and received (tritonclient.utils'
-# triton_to_np_dtype; BYTES are object arrays of ``bytes``). BF16 has no numpy dtype that
-# tritonclient's request building maps back to BF16, so it is not in the table.
-NUMPY_DTYPES: dict[str, Any] = {
-    "BOOL": np.bool_,
-    "INT8": np.int8,
-    "INT16": np.int16,
-    "INT32": np.int32,
-    "INT64": np.int64,
-    "UINT8": np.uint8,
-    "UINT16": np.uint16,
-    "UINT32": np.uint32,
-    "UINT64": np.uint64,
-    "FP16": np.float16,
-    "FP32": np.float32,
-    "FP64": np.float64,
-    "BYTES": np.object_,
-}
+# KServe v2 datatypes → numpy dtypes of the arrays sent and received
+# (:data:`tritonrepo_client.model_repository.dtypes.NUMPY_TYPES`; BYTES are object arrays of
+# ``bytes``). BF16 has no numpy dtype that tritonclient's request building maps back to BF16, so
+# it is not in the table.
+NUMPY_DTYPES: dict[str, Any] = dict(NUMPY_TYPES)
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,20 @@ LAYERS = {
     "tritonrepo_client.__main__": "client: package",
     "tritonrepo_client.control": "client: control",
     "tritonrepo_client.cli": "client: cli",
+    "tritonrepo_client.model_repository": "client: model repository",
     "builders": "builders",
     "reference_data": "reference data",
     "benchmarks": "benchmarks",
 }
 STUB = {"stub: step", "stub: runners", "stub: models", "stub: backends", "stub: model.py"}
-CLIENT = {"client: data plane", "client: control", "client: cli", "client: package"}
+CLIENT = {
+    "client: model repository",
+    "client: data plane",
+    "client: control",
+    "client: cli",
+    "client: package",
+}
+REPOSITORY = "client: model repository"  # the bottom layer: configs, config sets, data types
 # What each layer may import (besides itself, the standard library and third-party packages).
 ALLOWED = {
     "stub: step": {"shared: paths"},
@@ -48,10 +56,11 @@ ALLOWED = {
     "stub: backends": {"stub: step", "stub: runners", "stub: models", "shared: paths"},
     "stub: model.py": {"stub: step", "stub: runners", "stub: models"},
     "shared: paths": set(),
-    "client: data plane": set(),
-    "client: control": {"client: data plane"},
-    "client: cli": {"client: data plane", "client: control"},
-    "client: package": {"client: data plane", "client: control", "client: cli"},
+    "client: model repository": set(),
+    "client: data plane": {REPOSITORY},
+    "client: control": {REPOSITORY, "client: data plane"},
+    "client: cli": {REPOSITORY, "client: data plane", "client: control"},
+    "client: package": {REPOSITORY, "client: data plane", "client: control", "client: cli"},
     "server": {"shared: paths", "stub: models", "stub: step", "stub: runners", *CLIENT},
     "builders": {"shared: paths", "reference data", "server", *STUB, *CLIENT},
     "reference data": {"shared: paths", "stub: models"},

@@ -37,6 +37,7 @@ from builders.pipeline.checks import Checked, check
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo.pipelines.description import DescriptionError, Pipeline, load
 from tritonrepo.server import stub_numpy
+from tritonrepo_client.model_repository.config_sets import set_file
 
 MANIFEST = "generated_files.json"
 # After a run that wrote files: build the described pipelines' core models (not every shipped
@@ -96,9 +97,7 @@ def render_files(pipeline: Pipeline, checked: Checked, repository: Path) -> dict
     for number, step, ins, outs in steps:
         folder = repository / step.model
         for config_set in step.deployments:
-            path = folder / (
-                "config.pbtxt" if config_set == "gpu" else f"configs/{config_set}.pbtxt"
-            )
+            path = folder / set_file(config_set)
             files[path] = render.step_config(pipeline, step, ins, outs, config_set)
         summary = f"{names(ins)} -> {names(outs)}"
         files[folder / "1" / "model.py"] = render.model_py(pipeline, step, number, summary)
@@ -107,7 +106,7 @@ def render_files(pipeline: Pipeline, checked: Checked, repository: Path) -> dict
     if core.builder is None and "torch_gpu" not in core_sets:
         core_sets.append("torch_gpu")  # ONNX Runtime stands in (render.NO_TORCH_PROGRAM)
     for config_set in core_sets:
-        path = folder / ("config.pbtxt" if config_set == "gpu" else f"configs/{config_set}.pbtxt")
+        path = folder / set_file(config_set)
         files[path] = render.core_config(
             pipeline, checked.core_inputs, checked.core_outputs, config_set, checked.tensorrt
         )

@@ -15,23 +15,10 @@ from typing import Any
 
 from tritonrepo.paths import REPO_ROOT
 from tritonrepo.pipelines.description import Pipeline, import_ref
+from tritonrepo_client.model_repository.dtypes import NAMES_BY_ONNX
 
 # ONNX TensorProto element types -> Triton data types (onnx.TensorProto.DataType).
-ONNX_TO_TRITON = {
-    1: "FP32",
-    2: "UINT8",
-    3: "INT8",
-    4: "UINT16",
-    5: "INT16",
-    6: "INT32",
-    7: "INT64",
-    8: "BYTES",
-    9: "BOOL",
-    10: "FP16",
-    11: "FP64",
-    12: "UINT32",
-    13: "UINT64",
-}
+ONNX_TO_TRITON = NAMES_BY_ONNX
 EXPORT_OPSET = 17  # torch.onnx.export opset for a PyTorch source (the shipped exports' opset)
 
 

@@ -21,7 +21,7 @@ from tritonrepo.paths import PIPELINES
 from tritonrepo.pipelines.description import Pipeline, discover, load
 
 if TYPE_CHECKING:
-    from tritonrepo_client.control.model_config import ModelConfig
+    from tritonrepo_client.model_repository.configs import ModelConfig
 
 Shape = tuple[int, ...]
 Profile = dict[str, tuple[Shape, Shape, Shape]]

@@ -30,35 +30,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from builders.pipeline.plan_data import described_plan_models
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.image import spec as image_spec
+from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.text import spec as text_spec
+from tritonrepo_client.model_repository.config_sets import DEFAULT_SET
+from tritonrepo_client.model_repository.configs import core_runtime_models
+from tritonrepo_client.model_repository.dtypes import CONFIG_NAMES_BY_NUMPY
 
 if TYPE_CHECKING:  # tritonclient's protobuf; imported by the caller that parses the config
-    from tritonrepo_client.control.model_config import ModelConfig
+    from tritonrepo_client.model_repository.configs import ModelConfig
 
-# The models that have a TensorRT plan (GPU config.pbtxt with platform "tensorrt_plan").
-PLAN_MODELS = (
-    text_spec.ENCODER_MODEL,
-    ctr_spec.CORE_MODEL,
-    ctr_spec.SESSION_MODEL,
-    image_spec.CORE_MODEL,
-    image_spec.RESNET50_MODEL,
+# The models with a TensorRT plan (config.pbtxt with platform "tensorrt_plan") that this module
+# profiles: all but the described cores that builders.pipeline.plan_data builds (their plans:
+# builders.tensorrt.plans.described_plan_models).
+PLAN_MODELS = tuple(
+    m
+    for m in core_runtime_models(MODEL_REPOSITORY, DEFAULT_SET)
+    if m not in described_plan_models()
 )
 
 # Tensor data types by numpy-style name -> Triton config type. Engine types are named the same
 # way (``tensorrt_plans.engine_io``); TensorRT's FP8 and INT4 have no Triton type.
-TRITON_TYPES = {
-    "bool": "TYPE_BOOL",
-    "uint8": "TYPE_UINT8",
-    "int8": "TYPE_INT8",
-    "int32": "TYPE_INT32",
-    "int64": "TYPE_INT64",
-    "float16": "TYPE_FP16",
-    "bfloat16": "TYPE_BF16",
-    "float32": "TYPE_FP32",
-    "float64": "TYPE_FP64",
-}
+TRITON_TYPES = CONFIG_NAMES_BY_NUMPY
 
 Shape = tuple[int, ...]
 Profile = dict[str, tuple[Shape, Shape, Shape]]  # input name -> (min, opt, max)
@@ -192,7 +187,7 @@ def check_config(cfg: ModelConfig, tensors: Sequence[IOTensor]) -> list[str]:
     sorted order).
 
     Args:
-        cfg: the parsed config (``tritonrepo_client.control.model_config.load_config``).
+        cfg: the parsed config (``tritonrepo_client.model_repository.configs.load_config``).
         tensors: the engine's or ONNX graph's I/O.
 
     Returns:

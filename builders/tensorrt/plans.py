@@ -159,7 +159,7 @@ def build_plan(
     from builders.gates import accuracy_gate
     from builders.pipeline import plan_data as pipeline_plans
     from builders.tensorrt import image_plan_data, plan_data
-    from tritonrepo_client.control.model_config import load_config
+    from tritonrepo_client.model_repository.configs import load_config
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -288,7 +288,7 @@ def described_plan_models(repository: Path) -> list[str]:
     """The core models of ``pipelines/*/pipeline.toml`` whose ``config.pbtxt`` is a TensorRT
     plan (one whose graph TensorRT cannot parse is served by ONNX Runtime instead)."""
     from builders.pipeline.plan_data import described_plan_models as described
-    from tritonrepo_client.control.model_config import load_config
+    from tritonrepo_client.model_repository.configs import load_config
 
     names = []
     for model in described():

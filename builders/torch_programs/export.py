@@ -55,10 +55,12 @@ from tritonrepo.image import spec as image_spec
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 from tritonrepo.runners.torch_runner import METADATA_FILE
 from tritonrepo.text import spec as text_spec
-from tritonrepo_client.control.model_config import config_path, load_config
+from tritonrepo_client.model_repository.config_sets import config_path
+from tritonrepo_client.model_repository.configs import core_runtime_models, load_config
 
 CONFIG_SET = "torch_gpu"
-MODELS = (text_spec.ENCODER_MODEL, ctr_spec.CORE_MODEL, *image_torch_export.MODELS)
+# The models whose torch_gpu config runs a torch.export program (backend torch_python).
+MODELS = tuple(core_runtime_models(MODEL_REPOSITORY, CONFIG_SET))
 CTR_WEIGHTS = BUILD_DIR / "ctr" / "model.pt"
 GATE_TEXTS = 256  # real mixed texts (reference_data.text_corpus, eval split)
 GATE_ROWS = 4096  # held-out click-log rows

@@ -17,7 +17,6 @@ from tritonrepo_client.control import local, repository_key
 from tritonrepo_client.control.healing.healer import ChangeLog, Healer, HealReport
 from tritonrepo_client.control.load_checks import check_load, check_rollout_name
 from tritonrepo_client.control.model_calls import ConfigReader, disk_configs
-from tritonrepo_client.control.model_config import ConfigParseError
 from tritonrepo_client.control.repository import RepositoryClient
 from tritonrepo_client.control.rollout import (
     DEFAULT_PROBE_TEXTS,
@@ -28,6 +27,7 @@ from tritonrepo_client.control.rollout import (
     rollback,
     rollout,
 )
+from tritonrepo_client.model_repository.configs import ConfigParseError
 from tritonrepo_client.models import DEFAULT_MODELS
 from tritonrepo_client.validation import read_config_file
 

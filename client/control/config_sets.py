@@ -1,4 +1,5 @@
-"""Switch a running server between config sets (``configs/<name>.pbtxt``) through the load API:
+"""Switch a running server between config sets (``configs/<name>.pbtxt``; the sets and their files:
+:mod:`tritonrepo_client.model_repository.config_sets`) through the load API:
 the CPU fallback (``tritonrepo-client configs use cpu``) and the way back
 (``configs use default``, i.e. each model's ``config.pbtxt``).
 
@@ -43,15 +44,19 @@ from tritonclient.grpc import model_config_pb2
 
 from tritonrepo_client.connection import ClientError, TritonConnection
 from tritonrepo_client.control.health import check_health
-from tritonrepo_client.control.model_config import load_config, tensor_specs
 from tritonrepo_client.control.probe_declaration import PROBE_PARAMETER
 from tritonrepo_client.control.repository import RepositoryClient
 
 # The rollout record, kept across a switch.
 from tritonrepo_client.control.rollout import PREVIOUS_VERSION_PARAMETER
+from tritonrepo_client.model_repository.config_sets import (
+    DEFAULT_SET,
+    config_path,
+    unknown_set_message,
+)
+from tritonrepo_client.model_repository.configs import load_config, tensor_specs
 
 CONFIG_SET_PARAMETER = "tritonrepo_config_set"
-DEFAULT_SET = "default"  # each model's config.pbtxt
 
 
 class ConfigSwitchError(ClientError):
@@ -67,16 +72,6 @@ class SwitchStep:
     model: str
     source: str
     seconds: float
-
-
-def config_file(repository: Path, model: str, config_set: str) -> Path:
-    """The file ``model`` takes its config from in ``config_set``: ``configs/<set>.pbtxt`` if
-    it exists, else ``config.pbtxt`` (Triton's ``--model-config-name`` rule)."""
-    folder = Path(repository) / model
-    named = folder / "configs" / f"{config_set}.pbtxt"
-    if config_set != DEFAULT_SET and named.is_file():
-        return named
-    return folder / "config.pbtxt"
 
 
 def _as_proto(config: dict[str, Any]) -> model_config_pb2.ModelConfig:
@@ -139,7 +134,7 @@ def target_config(
         google.protobuf.text_format.ParseError: the file is not a valid ModelConfig.
         FileNotFoundError: the model has no config.pbtxt in ``repository``.
     """
-    path = config_file(repository, model, config_set)
+    path = config_path(repository, model, config_set)
     config = json_format.MessageToDict(load_config(path), preserving_proto_field_name=True)
     if versions:
         config["version_policy"] = serving_policy(versions)
@@ -193,11 +188,7 @@ def switch_config_set(
     """
     named = sorted(Path(repository).glob(f"*/configs/{config_set}.pbtxt"))
     if config_set != DEFAULT_SET and not named:
-        known = sorted({p.stem for p in Path(repository).glob("*/configs/*.pbtxt")})
-        raise ConfigSwitchError(
-            f"no config set '{config_set}' in {repository}: no model has "
-            f"configs/{config_set}.pbtxt (sets: {', '.join([DEFAULT_SET, *known])})"
-        )
+        raise ConfigSwitchError(unknown_set_message(config_set, Path(repository)))
     served = probed_models(repo, conn, served)
     progress(f"probing {', '.join(served) or 'nothing'} before and after each reload")
     if not force:

@@ -120,7 +120,8 @@ def disk_configs(repository: Path, config_name: str | None = None) -> ConfigRead
     """
     from google.protobuf.json_format import MessageToDict
 
-    from tritonrepo_client.control.model_config import config_path, load_config
+    from tritonrepo_client.model_repository.config_sets import config_path
+    from tritonrepo_client.model_repository.configs import load_config
 
     cache: dict[str, Mapping[str, Any] | None] = {}
 

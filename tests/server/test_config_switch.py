@@ -28,13 +28,13 @@ from tritonrepo_client import RankingClient, RepositoryClient, TritonConnection,
 from tritonrepo_client.control.config_sets import (
     CONFIG_SET_PARAMETER,
     ConfigSwitchError,
-    config_file,
     interface_change,
     switch_config_set,
     target_config,
 )
-from tritonrepo_client.control.model_config import load_config
 from tritonrepo_client.control.rollout import previous_version, rollout
+from tritonrepo_client.model_repository.config_sets import config_path
+from tritonrepo_client.model_repository.configs import load_config
 
 # The models of the switch: text_embedding's steps and the CTR models (the image models are
 # left out of the test's repository folder, so the command leaves them alone).
@@ -172,11 +172,11 @@ def test_a_set_that_changes_an_interface_is_refused_before_loading(control_serve
     assert served_sets(control_server) == sets_before
 
 
-def test_config_file_falls_back_to_config_pbtxt_and_keeps_the_serving_versions() -> None:
+def test_config_path_falls_back_to_config_pbtxt_and_keeps_the_serving_versions() -> None:
     encoder = "text_embedding_encoder"
-    assert config_file(MODEL_REPOSITORY, encoder, "cpu").name == "cpu.pbtxt"
-    assert config_file(MODEL_REPOSITORY, encoder, "default").name == "config.pbtxt"
-    assert config_file(MODEL_REPOSITORY, "text_embedding_tokenize", "cpu").name == "config.pbtxt"
+    assert config_path(MODEL_REPOSITORY, encoder, "cpu").name == "cpu.pbtxt"
+    assert config_path(MODEL_REPOSITORY, encoder, "default").name == "config.pbtxt"
+    assert config_path(MODEL_REPOSITORY, "text_embedding_tokenize", "cpu").name == "config.pbtxt"
     serving = {"version_policy": {"specific": {"versions": ["4"]}}}
     target, path = target_config(MODEL_REPOSITORY, encoder, "cpu", serving)
     assert path.name == "cpu.pbtxt"

@@ -25,7 +25,7 @@ from tests.conftest import client_cli, wait_for
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.text import spec
 from tritonrepo_client import ClientError, EmbeddingClient, RepositoryClient
-from tritonrepo_client.control.model_config import load_config
+from tritonrepo_client.model_repository.configs import load_config
 from tritonrepo_client.retry import NO_RETRY
 from tritonrepo_client.scheduling import BULK, REALTIME
 

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tritonrepo.paths import MODEL_REPOSITORY
-from tritonrepo_client.control.model_config import config_path, load_config
+from tritonrepo_client.model_repository.config_sets import config_path
+from tritonrepo_client.model_repository.configs import load_config
 from tritonrepo_client.validation import (
     MAX_NUMERIC_CORRELATION_ID,
     InvalidCorrelationId,

@@ -59,7 +59,9 @@ DTYPES: Mapping[str, str] = {
     "FP64": "float64",
     "BYTES": "object",
 }
-CONFIG_SETS = ("gpu", "cpu", "torch_gpu")  # config.pbtxt, configs/cpu.pbtxt, configs/torch_gpu
+# The config sets a description deploys (tritonrepo_client.model_repository.config_sets, which
+# the stub layer may not import): config.pbtxt, configs/cpu.pbtxt, configs/torch_gpu.pbtxt.
+CONFIG_SETS = ("default", "cpu", "torch_gpu")
 
 
 class DescriptionError(ValueError):
@@ -111,7 +113,7 @@ class Step:
     """A Python-backend step: the user's ``function`` (``module:function``) or a ``step`` class
     (``module:Class``, a ``PythonStep`` subclass), its extra ``outputs`` (preprocess: tensors
     for postprocess besides the core model's inputs), its config sets (``deployments``: at
-    least ``gpu``, the ``config.pbtxt``) and the models its step class ``calls`` through BLS
+    least ``default``, the ``config.pbtxt``) and the models its step class ``calls`` through BLS
     (written into every config set as the ``tritonrepo_calls`` parameter, so the launcher and
     ``tritonrepo-client models load`` load them with the pipeline)."""
 
@@ -325,19 +327,19 @@ def _deployment(r: _Reader, raw: Mapping[str, Any], where: str, base: Deployment
 def _deployments(
     r: _Reader, raw: Mapping[str, Any], where: str, defaults: Mapping[str, Deployment]
 ) -> dict[str, Deployment]:
-    """``gpu`` from the table's own fields, ``cpu``/``torch_gpu`` from sub-tables over it
-    (``defaults`` per set: ``torch_gpu`` only exists when the description has that table or a
-    default for it)."""
+    """``default`` (config.pbtxt) from the table's own fields, ``cpu``/``torch_gpu`` from
+    sub-tables over it (``defaults`` per set: ``torch_gpu`` only exists when the description has
+    that table or a default for it)."""
     own = {k: raw[k] for k in _DEPLOYMENT_KEYS if k in raw}
-    gpu = _deployment(r, own, f"{where}", defaults["gpu"])
-    out = {"gpu": gpu}
+    default = _deployment(r, own, f"{where}", defaults["default"])
+    out = {"default": default}
     for name in ("cpu", "torch_gpu"):
         if name in raw:
             table = raw[name]
             if not isinstance(table, dict):
                 r.problem(f"{where}.{name}", "must be a table")
                 continue
-            base = defaults.get(name, replace(gpu, doc=""))
+            base = defaults.get(name, replace(default, doc=""))
             out[name] = _deployment(r, table, f"{where}.{name}", base)
         elif name in defaults:
             out[name] = defaults[name]
@@ -400,7 +402,7 @@ def _step(r: _Reader, raw: Any, where: str, default_model: str, extra_outputs: b
         if ref is not None and not REF_PATTERN.match(ref):
             r.problem(f"{where}.{key}", f"{ref!r} is not 'package.module:{key}'")
     docs = r.get(raw, "doc", where, str, "")
-    defaults = {"gpu": replace(STEP_DEFAULT, doc=docs)}
+    defaults = {"default": replace(STEP_DEFAULT, doc=docs)}
     calls = _calls(r, raw, where, step)
     return Step(
         model=r.get(raw, "model", where, str, default_model),
@@ -438,7 +440,7 @@ def core_defaults(max_batch_size: int, doc: str) -> dict[str, Deployment]:
     one CPU instance with no queue delay, ONNX Runtime on all cores without spinning."""
     preferred = tuple(p for p in (8, 16, 32, 64, 128, 256) if p <= max_batch_size)
     return {
-        "gpu": Deployment(1, 200, preferred, None, {}, doc),
+        "default": Deployment(1, 200, preferred, None, {}, doc),
         "cpu": Deployment(1, 0, (), None, {"intra_op_threads": "0", "allow_spinning": "0"}, ""),
     }
 

@@ -16,42 +16,35 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path, PurePosixPath
 
-from tritonrepo_client.control.model_config import (
+from tritonrepo_client.model_repository.config_sets import CONFIG_SETS, DEFAULT_SET, config_path
+from tritonrepo_client.model_repository.config_sets import builds as config_set_builds
+from tritonrepo_client.model_repository.configs import (
     ModelConfig,
     check_ensemble,
-    config_path,
     load_config,
     mc,
 )
+from tritonrepo_client.model_repository.dtypes import CONFIG_VALUES_BY_ONNX
 
 # Python-based backends of this repository (backends/<name>/model.py) and Triton's own.
 PYTHON_BACKENDS = {"python", "onnxruntime_python", "torch_python"}
+# Platform/backend -> the file a version loads: the config sets' core models, and Triton's own
+# ONNX Runtime backend.
 DEFAULT_FILENAMES = {
-    "tensorrt_plan": "model.plan",
-    "onnxruntime_python": "model.onnx",
+    **{s.core_runtime: s.core_file for s in CONFIG_SETS.values()},
     "onnxruntime": "model.onnx",
-    "torch_python": "model.pt2",
 }
 # Backends and platforms a model here may name: this repository's Python-based backends and the
 # ones NVIDIA's container ships for the formats the builders write.
 KNOWN_BACKENDS = PYTHON_BACKENDS | {"tensorrt_plan", "tensorrt", "onnxruntime", "pytorch"}
 # What makes a required file (Artifact.build): in git, or the make target that writes it.
 TRACKED = "tracked"
-MAKE_ARTIFACTS = "make artifacts"  # builders/*_onnx.py here, from the source weights
-MAKE_ARTIFACTS_GPU = "make artifacts-gpu"  # torch.export on the GPU host that serves
-MAKE_BUILD_PLANS = "make build-plans"  # TensorRT, in NVIDIA's builder container on that GPU
-BUILDS = {"torch_python": MAKE_ARTIFACTS_GPU, "tensorrt_plan": MAKE_BUILD_PLANS}  # else artifacts
+MAKE_ARTIFACTS = CONFIG_SETS["cpu"].build  # builders/*_onnx.py here, from the source weights
+MAKE_ARTIFACTS_GPU = CONFIG_SETS["torch_gpu"].build  # torch.export on the GPU host that serves
+MAKE_BUILD_PLANS = CONFIG_SETS[DEFAULT_SET].build  # TensorRT, in NVIDIA's builder container
+BUILDS = config_set_builds()  # core platform/backend -> its build; any other: MAKE_ARTIFACTS
 # onnx.TensorProto.DataType value -> Triton config data type.
-ONNX_TYPES = {
-    1: mc.TYPE_FP32,
-    10: mc.TYPE_FP16,
-    7: mc.TYPE_INT64,
-    6: mc.TYPE_INT32,
-    9: mc.TYPE_BOOL,
-    16: mc.TYPE_BF16,
-    2: mc.TYPE_UINT8,
-    3: mc.TYPE_INT8,
-}
+ONNX_TYPES = CONFIG_VALUES_BY_ONNX
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,14 @@ from pathlib import Path
 
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 from tritonrepo.server import repository_key
+from tritonrepo_client.model_repository.config_sets import gpu_pool_sizes
 from tritonrepo_client.models import DEFAULT_MODELS
 
 # Config sets that put Python-backend steps on the GPU, with the CUDA memory pool they need per
-# GPU: the Python backend moves GPU tensors between its stub processes and the server through
-# this pool, and a 512 x 256 x 384 FP16 batch of token embeddings alone is 100 MB (Triton's
-# default pool is 64 MiB).
-GPU_CONFIG_SETS = {"torch_gpu": 1 << 30}
+# GPU (the table of config sets, ``ConfigSet.cuda_pool_bytes``): the Python backend moves GPU
+# tensors between its stub processes and the server through this pool, and a 512 x 256 x 384
+# FP16 batch of token embeddings alone is 100 MB (Triton's default pool is 64 MiB).
+GPU_CONFIG_SETS = gpu_pool_sizes()
 # Seconds past Triton's exit timeout before the launcher kills it: after the timeout 2.51 still
 # stops gRPC and metrics and exits (measured: under 2 s on two cores; the margin is generous).
 STOP_MARGIN_S = 10.0
@@ -137,7 +138,7 @@ class ServerOptions:
         ``model_repository`` with ``model_config_name``), each before its caller, then
         ``models``. A config that does not parse adds nothing here; the preflight names it."""
         from tritonrepo_client.control.model_calls import disk_configs, load_closure
-        from tritonrepo_client.control.model_config import ConfigParseError
+        from tritonrepo_client.model_repository.configs import ConfigParseError
 
         served = tuple(self.models)
         try:
@@ -207,7 +208,7 @@ def default_models(repository: Path = MODEL_REPOSITORY) -> tuple[str, ...]:
     pipeline is served next to the shipped ones without listing them; the container's
     entrypoint (``docker/entrypoint.sh``) finds them the same way, and ``tritonrepo-client
     health`` probes every loaded model that declares a probe."""
-    from tritonrepo_client.control.model_config import load_config
+    from tritonrepo_client.model_repository.configs import load_config
 
     extra = []
     for config in sorted(repository.glob("*/config.pbtxt")):

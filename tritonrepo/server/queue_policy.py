@@ -37,6 +37,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from tritonrepo_client.model_repository.config_sets import cpu_sets
+
 REALTIME = 1
 BULK = 2
 
@@ -47,7 +49,7 @@ CORE_MODELS = (
     "image_classifier",
     "image_classifier_resnet50",
 )
-CPU_CONFIG_SETS = ("cpu",)  # configs/<name>.pbtxt that run on CPU instances
+CPU_CONFIG_SETS = cpu_sets()  # configs/<name>.pbtxt that run on CPU instances
 
 
 @dataclass(frozen=True)

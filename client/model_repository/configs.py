@@ -1,4 +1,8 @@
-"""Read model configs into tritonclient's ``ModelConfig`` protobuf and check ensembles offline.
+"""Read model configs into tritonclient's ``ModelConfig`` protobuf, list a repository's models
+and ensembles, and check ensembles offline.
+
+Which file a model's config is in for a config set is
+:func:`tritonrepo_client.model_repository.config_sets.config_path`.
 
 ``text_format.Parse`` only validates field names, types and enums; :func:`check_ensemble` adds
 the graph checks Triton itself performs at load time (sources: Triton's ``ensemble_models.md``
@@ -9,23 +13,21 @@ a unit test instead of at server start.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from tritonrepo_client.model_repository.config_sets import (
+    CONFIG_FILE,
+    CONFIG_SETS,
+    config_path,
+    set_name,
+)
+
 ModelConfig = mc.ModelConfig
-
-
-def config_path(repository: Path, model: str, config_name: str | None = None) -> Path:
-    """The config Triton uses for ``model``: ``configs/<config_name>.pbtxt`` when given and
-    present (``--model-config-name``), otherwise ``config.pbtxt``."""
-    if config_name:
-        custom = repository / model / "configs" / f"{config_name}.pbtxt"
-        if custom.is_file():
-            return custom
-    return repository / model / "config.pbtxt"
 
 
 class ConfigParseError(text_format.ParseError):
@@ -80,6 +82,59 @@ def load_config(path: Path) -> ModelConfig:
 def all_config_files(repository: Path) -> list[Path]:
     """Every ``config.pbtxt`` and ``configs/*.pbtxt`` in the repository."""
     return sorted([*repository.glob("*/config.pbtxt"), *repository.glob("*/configs/*.pbtxt")])
+
+
+def model_names(repository: Path) -> list[str]:
+    """The models of a repository: its folders with a ``config.pbtxt``, by name."""
+    return sorted(p.parent.name for p in Path(repository).glob(f"*/{CONFIG_FILE}"))
+
+
+def read_config(repository: Path, model: str, config_set: str | None = None) -> ModelConfig:
+    """``model``'s config in ``config_set`` (None: the default set), as Triton resolves it.
+
+    Raises:
+        ConfigParseError: the file does not parse.
+        FileNotFoundError: the model has no config.pbtxt.
+    """
+    return load_config(config_path(Path(repository), model, config_set))
+
+
+def models_where(
+    repository: Path, config_set: str | None, keep: Callable[[ModelConfig], bool]
+) -> list[str]:
+    """The models of ``repository`` whose config in ``config_set`` satisfies ``keep``, by name;
+    a model whose config does not parse is left out (the preflight reports it)."""
+    names = []
+    for model in model_names(repository):
+        try:
+            config = read_config(repository, model, config_set)
+        except text_format.ParseError:
+            continue
+        if keep(config):
+            names.append(model)
+    return names
+
+
+def core_runtime_models(repository: Path, config_set: str | None = None) -> list[str]:
+    """The models whose config in ``config_set`` (a set of the table) runs on the set's core
+    runtime (``tensorrt_plan``, ``onnxruntime_python``, ``torch_python``), by name: the models
+    whose files that set's build makes (TensorRT plans, ONNX files, ``torch.export`` programs).
+
+    Raises:
+        KeyError: ``config_set`` is not in the table of config sets.
+    """
+    runtime = CONFIG_SETS[set_name(config_set)].core_runtime
+    return models_where(repository, config_set, lambda c: runtime in (c.platform, c.backend))
+
+
+def ensembles(repository: Path, config_set: str | None = None) -> list[str]:
+    """The ensembles of ``repository`` (platform ``ensemble``) in ``config_set``, by name."""
+    return models_where(repository, config_set, lambda c: c.platform == "ensemble")
+
+
+def ensemble_steps(config: ModelConfig) -> list[str]:
+    """The step models of an ensemble config, in its order (empty for any other model)."""
+    return [step.model_name for step in config.ensemble_scheduling.step]
 
 
 @dataclass(frozen=True)

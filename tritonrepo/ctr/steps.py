@@ -135,13 +135,6 @@ class SessionStep(PythonStep):
         )
         self.sessions_gauge.set(0)
 
-    def finalize(self) -> None:
-        """Deletes the sessions gauge from Triton's metrics endpoint (the gauge, then its
-        family: :mod:`tritonrepo.step.metrics` says why here), then the error counters."""
-        self.sessions_gauge = None
-        self.sessions_family = None
-        super().finalize()
-
     def execute(self, requests: list[Any]) -> list[Any]:
         """:meth:`PythonStep.execute`, then the sessions gauge set to the store's size (a
         session an execution started, ended or evicted counts at once)."""

@@ -15,22 +15,9 @@ with ``kind`` one of :data:`ERROR_KINDS`:
 * ``internal``: anything else, i.e. a bug or a broken dependency: the server's fault.
 
 The ``instance`` label keeps the two instances of a model apart: Triton shares one series
-between metrics with identical labels (core ``metric_family.cc`` counts their references), so
-without it both instances would count into one. All three series exist from ``initialize``
-on at 0, so ``rate()`` sees the first error. Source of the API: python_backend README,
-"Custom Metrics" (``pb_utils.MetricFamily``).
-
-Lifetime: the Python backend deletes a custom metric from Triton when its Python object is
-destroyed, by a message from the stub to the server. When an instance is unloaded, Triton 2.51
-calls ``finalize`` while that channel still works, but objects still alive when the stub then
-exits are destroyed after it is gone (python_backend ``src/pb_stub.cc``, r24.10): their
-series would stay on ``/metrics`` with their last values after the model is unloaded, and a
-later load of the model would continue from those values (Triton shares a series between
-metrics with identical labels). :meth:`StepErrorCounters.close` (called by
-:meth:`~tritonrepo.step.python_step.PythonStep.finalize`) therefore drops them in ``finalize``:
-the metrics first, then their family, as the README asks. A step that creates metrics of its
-own drops them the same way in its ``finalize`` (``ctr_session``'s sessions gauge). A stub
-that is killed never gets there: its series stay until the server restarts.
+between metrics with identical labels, and the first instance to unload would delete the
+other's. All three series exist from ``initialize`` on at 0, so ``rate()`` sees the first
+error. Source of the API: python_backend README, "Custom Metrics" (``pb_utils.MetricFamily``).
 """
 
 from __future__ import annotations
@@ -66,7 +53,6 @@ class StepErrorCounters:
 
     def __init__(self, pb_utils: Any, model: str, version: str, instance: str) -> None:
         self._metrics: dict[str, Any] = {}
-        self._family: Any = None
         family_type = getattr(pb_utils, "MetricFamily", None)
         if family_type is None:
             return
@@ -86,10 +72,3 @@ class StepErrorCounters:
         metric = self._metrics.get(kind)
         if metric is not None:
             metric.increment(1)
-
-    def close(self) -> None:
-        """Delete this instance's series from Triton's metrics endpoint: the metrics, then the
-        family (the last Python reference to each goes); counting afterwards does nothing.
-        Called from ``finalize``."""
-        self._metrics.clear()
-        self._family = None

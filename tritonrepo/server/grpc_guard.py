@@ -26,21 +26,15 @@ Needs Debian's ``nginx`` (``make guard-deps``); the njs module is not used.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import socket
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tritonrepo.paths import BUILD_DIR
-from tritonrepo.server.command import check_port_free, free_port
-from tritonrepo.server.embedded_server import LaunchError, terminate_with_parent
-from tritonrepo.server.http_guard import INSTALL_HINT, _last_error, nginx_binary
+from tritonrepo.server.command import free_port
 from tritonrepo.server.http_guard_config import DEFAULT_MAX_BODY_BYTES, listen_address
+from tritonrepo.server.nginx_process import INSTALL_HINT, NginxProcess, nginx_binary
 
 if TYPE_CHECKING:
     from tritonrepo.server.options import ServerOptions
@@ -152,7 +146,7 @@ http {{
 """
 
 
-class GrpcGuard:
+class GrpcGuard(NginxProcess):
     """nginx listening on ``listen_host:listen_port`` (HTTP/2), forwarding gRPC to Triton's
     plaintext gRPC port ``127.0.0.1:upstream_port``; use as a context manager or call
     start/stop.
@@ -167,6 +161,8 @@ class GrpcGuard:
         tls: end TLS at the guard (:class:`GrpcGuardTls`); None = plaintext.
     """
 
+    NAME = "gRPC guard"
+
     def __init__(
         self,
         listen_host: str,
@@ -176,55 +172,22 @@ class GrpcGuard:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         tls: GrpcGuardTls | None = None,
     ) -> None:
-        self.listen_host = listen_host
-        self.listen_port = int(listen_port)
-        self.upstream_port = int(upstream_port)
-        self.run_dir = Path(run_dir)
+        super().__init__(listen_host, listen_port, upstream_port, run_dir)
         self.max_body_bytes = max_body_bytes
         self.tls = tls
-        self._process: subprocess.Popen[bytes] | None = None
 
-    @property
-    def process(self) -> subprocess.Popen | None:
-        """nginx's master process while started, else None."""
-        return self._process
+    def missing(self) -> str | None:
+        """None when nginx is installed (the njs module is not used); else why not, with both
+        ways out."""
+        if nginx_binary() is not None:
+            return None
+        return (
+            f"nginx is not installed: {INSTALL_HINT}; or serve without it, on a loopback "
+            "address only: tritonrepo-serve --no-grpc-guard"
+        )
 
-    @property
-    def client_host(self) -> str:
-        """Address a local client connects to (0.0.0.0 / :: are not connectable)."""
-        return "127.0.0.1" if self.listen_host in ("0.0.0.0", "::", "") else self.listen_host
-
-    @property
-    def url(self) -> str:
-        """``host:port`` of the guard, as tritonclient takes it."""
-        return f"{self.client_host}:{self.listen_port}"
-
-    @property
-    def error_log(self) -> Path:
-        """nginx's error log (startup errors, one line per refused oversized call)."""
-        return self.run_dir / "error.log"
-
-    @property
-    def refusals_log(self) -> Path:
-        """Every 4xx/5xx answer: time, client, request line, status, size."""
-        return self.run_dir / "refusals.log"
-
-    def start(self, timeout_s: float = 10.0) -> GrpcGuard:
-        """Write the config, start nginx and wait until it accepts connections (``timeout_s``).
-
-        Raises:
-            LaunchError: nginx is missing, the port is taken, the config is refused, or the
-                guard does not accept connections in time (one line, from nginx's log).
-        """
-        if self._process is not None:
-            return self
-        binary = nginx_binary()
-        if binary is None:
-            raise LaunchError(
-                f"gRPC guard: nginx is not installed: {INSTALL_HINT}; or serve without it, on a "
-                "loopback address only: tritonrepo-serve --no-grpc-guard"
-            )
-        check_port_free(self.listen_host, self.listen_port, "gRPC guard")
+    def write_config(self) -> Path:
+        """Render nginx.conf into ``run_dir`` (:func:`render`)."""
         (self.run_dir / "temp").mkdir(parents=True, exist_ok=True)
         conf = self.run_dir / "nginx.conf"
         conf.write_text(
@@ -236,74 +199,15 @@ class GrpcGuard:
                 self.tls,
             )
         )
-        self.error_log.unlink(missing_ok=True)
-        run_dir = str(self.run_dir.resolve())
-        self._process = subprocess.Popen(
-            [
-                str(binary),
-                "-p",
-                run_dir,
-                "-c",
-                str(conf.resolve()),
-                "-e",
-                str(self.error_log.resolve()),
-                "-g",
-                "daemon off;",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=terminate_with_parent,
-        )
-        deadline = time.monotonic() + timeout_s
-        while True:
-            code = self._process.poll()
-            if code is not None:
-                self._process = None
-                detail = _last_error(self.error_log) or f"exit status {code}"
-                raise LaunchError(f"gRPC guard (nginx) did not start: {detail}")
-            if self._accepts():
-                return self
-            if time.monotonic() > deadline:
-                detail = _last_error(self.error_log)
-                self.stop()
-                raise LaunchError(
-                    f"gRPC guard did not accept connections on {self.url} within "
-                    f"{timeout_s:.0f} s" + (f": {detail}" if detail else "")
-                )
-            time.sleep(0.05)
+        return conf
 
-    def _accepts(self) -> bool:
+    def answers(self) -> bool:
+        """Whether nginx accepts a TCP connection on the guard's port."""
         try:
             with socket.create_connection((self.client_host, self.listen_port), timeout=1.0):
                 return True
         except OSError:
             return False
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop nginx: graceful (SIGQUIT: calls in flight finish) for ``timeout_s`` seconds,
-        then SIGTERM, then SIGKILL of its process group. Does nothing when not started."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        for sig, wait_s in ((signal.SIGQUIT, timeout_s), (signal.SIGTERM, 5.0)):
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(sig)
-            try:
-                process.wait(wait_s)
-                return
-            except subprocess.TimeoutExpired:
-                continue
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(5.0)
-
-    def __enter__(self) -> GrpcGuard:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def start_for(options: ServerOptions) -> GrpcGuard:

@@ -21,18 +21,12 @@ Needs Debian's ``nginx`` and ``libnginx-mod-http-js`` (``make guard-deps``); run
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.client
-import os
-import shutil
-import signal
-import subprocess
 import time
 from pathlib import Path
 
 from tritonrepo.paths import BUILD_DIR
-from tritonrepo.server.command import check_port_free
-from tritonrepo.server.embedded_server import LaunchError, terminate_with_parent
+from tritonrepo.server.embedded_server import LaunchError
 from tritonrepo.server.http_guard_config import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_JSON_BYTES,
@@ -41,20 +35,11 @@ from tritonrepo.server.http_guard_config import (
     listen_address,
     write_run_dir,
 )
+from tritonrepo.server.nginx_process import INSTALL_HINT, NginxProcess, nginx_binary
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "HttpGuard", "guard_available", "nginx_binary"]
 
-# How to install what the guards need: the Makefile's guard-deps target runs this apt-get (root).
-INSTALL_HINT = (
-    "install it with `make guard-deps` (as root: apt-get install nginx libnginx-mod-http-js)"
-)
 HEALTH_PATH = "/_guard/healthz"  # answered by nginx itself (deploy/guard/nginx.conf.template)
-
-
-def nginx_binary() -> Path | None:
-    """The ``nginx`` executable (``$PATH``, then Debian's ``/usr/sbin/nginx``), or None."""
-    found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
-    return Path(found) if found else None
 
 
 def guard_available() -> str | None:
@@ -66,20 +51,7 @@ def guard_available() -> str | None:
     return None
 
 
-def _last_error(log: Path) -> str:
-    """The last [emerg]/[alert]/[crit] line of nginx's error log, without its timestamp."""
-    try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    for line in reversed(lines):
-        for level in ("[emerg]", "[alert]", "[crit]"):
-            if level in line:
-                return line[line.index(level) :].strip()
-    return lines[-1].strip() if lines else ""
-
-
-class HttpGuard:
+class HttpGuard(NginxProcess):
     """nginx + njs listening on ``listen_host:listen_port``, forwarding to Triton's HTTP port
     ``127.0.0.1:upstream_port``; use as a context manager or call start/stop.
 
@@ -96,6 +68,8 @@ class HttpGuard:
             a binary request), bytes (larger: 413); default 16 MiB.
     """
 
+    NAME = "HTTP guard"
+
     def __init__(
         self,
         listen_host: str,
@@ -106,10 +80,7 @@ class HttpGuard:
         workers: int | None = None,
         max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
     ) -> None:
-        self.listen_host = listen_host
-        self.listen_port = int(listen_port)
-        self.upstream_port = int(upstream_port)
-        self.run_dir = Path(run_dir)
+        super().__init__(listen_host, listen_port, upstream_port, run_dir)
         self.settings = GuardSettings(
             listen=listen_address(listen_host, self.listen_port),
             upstream=listen_address("127.0.0.1", self.upstream_port),
@@ -117,85 +88,17 @@ class HttpGuard:
             max_json_bytes=max_json_bytes,
             workers=str(workers) if workers else "auto",
         )
-        self._process: subprocess.Popen[bytes] | None = None
 
-    @property
-    def process(self) -> subprocess.Popen | None:
-        """nginx's master process while started, else None."""
-        return self._process
+    def missing(self) -> str | None:
+        """:func:`guard_available`: nginx and its njs module."""
+        return guard_available()
 
-    @property
-    def client_host(self) -> str:
-        """Address a local client connects to (0.0.0.0 / :: are not connectable)."""
-        return "127.0.0.1" if self.listen_host in ("0.0.0.0", "::", "") else self.listen_host
+    def write_config(self) -> Path:
+        """Render nginx.conf and copy the njs script into ``run_dir``."""
+        return write_run_dir(self.settings, self.run_dir)
 
-    @property
-    def url(self) -> str:
-        """``host:port`` of the guard, as tritonclient takes it."""
-        return f"{self.client_host}:{self.listen_port}"
-
-    @property
-    def error_log(self) -> Path:
-        """nginx's error log (startup errors, and one warning line per refusal)."""
-        return self.run_dir / "error.log"
-
-    @property
-    def refusals_log(self) -> Path:
-        """Every 4xx/5xx answer: time, client, request line, status, size, rule=<guard rule>."""
-        return self.run_dir / "refusals.log"
-
-    def command(self, conf: Path) -> list[str]:
-        """The nginx command line (foreground, config and error log in the run directory)."""
-        binary = nginx_binary()
-        if binary is None:
-            raise LaunchError(guard_available() or "nginx is not installed")
-        run_dir = str(self.run_dir.resolve())
-        return [str(binary), "-p", run_dir, "-c", str(conf.resolve()),
-                "-e", str(self.error_log.resolve()), "-g", "daemon off;"]  # fmt: skip
-
-    def start(self, timeout_s: float = 10.0) -> HttpGuard:
-        """Render the config, start nginx and wait until the guard answers (``timeout_s``, s).
-
-        Raises:
-            LaunchError: nginx or its njs module is missing, the port is taken, the config is
-                refused, or the guard does not answer in time (one line, from nginx's log).
-        """
-        if self._process is not None:
-            return self
-        reason = guard_available()
-        if reason:
-            raise LaunchError(f"HTTP guard: {reason}")
-        check_port_free(self.listen_host, self.listen_port, "HTTP guard")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        conf = write_run_dir(self.settings, self.run_dir)
-        self.error_log.unlink(missing_ok=True)
-        self._process = subprocess.Popen(
-            self.command(conf),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # a terminal's Ctrl-C reaches the launcher, which stops it
-            preexec_fn=terminate_with_parent,
-        )
-        deadline = time.monotonic() + timeout_s
-        while True:
-            code = self._process.poll()
-            if code is not None:
-                self._process = None
-                detail = _last_error(self.error_log) or f"exit status {code}"
-                raise LaunchError(f"HTTP guard (nginx) did not start: {detail}")
-            if self._answers():
-                return self
-            if time.monotonic() > deadline:
-                detail = _last_error(self.error_log)
-                self.stop()
-                raise LaunchError(
-                    f"HTTP guard did not answer on {self.url} within {timeout_s:.0f} s"
-                    + (f": {detail}" if detail else "")
-                )
-            time.sleep(0.05)
-
-    def _answers(self) -> bool:
+    def answers(self) -> bool:
+        """Whether nginx answers its own health path with 200."""
         conn = http.client.HTTPConnection(self.client_host, self.listen_port, timeout=1.0)
         try:
             conn.request("GET", HEALTH_PATH)
@@ -204,32 +107,6 @@ class HttpGuard:
             return False
         finally:
             conn.close()
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop nginx: graceful (SIGQUIT: requests in flight finish) for ``timeout_s`` seconds,
-        then SIGTERM, then SIGKILL. Does nothing when not started."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        for sig, wait_s in ((signal.SIGQUIT, timeout_s), (signal.SIGTERM, 5.0)):
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(sig)
-            try:
-                process.wait(wait_s)
-                return
-            except subprocess.TimeoutExpired:
-                continue
-        # The master leads its own session: SIGKILL its workers too, which would otherwise keep
-        # the listening socket.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(5.0)
-
-    def __enter__(self) -> HttpGuard:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

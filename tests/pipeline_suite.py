@@ -73,8 +73,9 @@ def bad_value(pipeline: Pipeline, samples: dict[str, np.ndarray]) -> dict[str, n
     return row
 
 
-class PipelineSuite:
-    """Subclasses set ``DESCRIPTION`` (the ``pipeline.toml`` path, relative to the checkout)."""
+class DescribedSuite:
+    """The generated suites' base: subclasses set ``DESCRIPTION`` (the ``pipeline.toml`` path,
+    relative to the checkout); ``pipeline`` is that description, read once per class."""
 
     DESCRIPTION = ""
 
@@ -82,6 +83,10 @@ class PipelineSuite:
     @classmethod
     def pipeline(cls) -> Pipeline:
         return load(REPO_ROOT / cls.DESCRIPTION)
+
+
+class PipelineSuite(DescribedSuite):
+    """The tests of a stateless described pipeline (the module docstring)."""
 
     @pytest.fixture(scope="class")
     @classmethod

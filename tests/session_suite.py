@@ -25,9 +25,9 @@ import pytest
 
 from builders.pipeline.in_process import Replay
 from tests.conftest import server_options, wait_for
-from tests.pipeline_suite import assert_same, bad_value
-from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
-from tritonrepo.pipelines.description import Pipeline, import_ref, load
+from tests.pipeline_suite import DescribedSuite, assert_same, bad_value
+from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo.pipelines.description import Pipeline, import_ref
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo_client import ClientError
 from tritonrepo_client.connection import TritonConnection
@@ -38,15 +38,8 @@ CONCURRENCY = 8  # sessions sent at once, each from its own thread
 IDLE_TEST_S = 1.0  # the idle timeout the expiry test loads the model with
 
 
-class SessionSuite:
-    """Subclasses set ``DESCRIPTION`` (the ``pipeline.toml`` path, relative to the checkout)."""
-
-    DESCRIPTION = ""
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def pipeline(cls) -> Pipeline:
-        return load(REPO_ROOT / cls.DESCRIPTION)
+class SessionSuite(DescribedSuite):
+    """The tests of a stateful described pipeline (the module docstring)."""
 
     @pytest.fixture(scope="class")
     @classmethod

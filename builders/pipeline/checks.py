@@ -55,6 +55,21 @@ def _numpy_kind(dtype: str) -> str:
     return DTYPES[dtype]
 
 
+def _core_graph(pipeline: Pipeline, problems: list[str]) -> tuple[Any, GraphIO | None]:
+    """The core's ONNX model and its inputs and outputs, when the description gives the graph
+    (``onnx`` or ``build``; None for a ``builder`` core or after earlier problems); an import or
+    model-source problem is added to ``problems``."""
+    _import(pipeline.core.build, "model.build", problems)
+    if pipeline.core.builder is not None or problems:
+        return None, None
+    try:
+        model = obtain_model(pipeline)
+    except ModelSourceError as exc:
+        problems.append(str(exc))
+        return None, None
+    return model, graph_io(model)
+
+
 def _core_tensors(pipeline: Pipeline, io: GraphIO | None, problems: list[str]):
     """Core tensors from the graph (fixed dims applied), or the declared ones."""
     core = pipeline.core
@@ -296,14 +311,7 @@ def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = F
         problems,
     )
     make_samples = _import(pipeline.samples, "samples.function", problems)
-    _import(pipeline.core.build, "model.build", problems)
-    model, io = None, None
-    if pipeline.core.builder is None and not problems:
-        try:
-            model = obtain_model(pipeline)
-            io = graph_io(model)
-        except ModelSourceError as exc:
-            problems.append(str(exc))
+    model, io = _core_graph(pipeline, problems)
     core_inputs, core_outputs = _core_tensors(pipeline, io, problems)
     probe = None
     if make_samples is not None and not problems:

@@ -17,6 +17,7 @@ from builders.pipeline.checks import (
     _check_clashes,
     _check_declared_outputs,
     _compare,
+    _core_graph,
     _core_tensors,
     _import,
     _where,
@@ -24,7 +25,7 @@ from builders.pipeline.checks import (
     quiet_session_options,
     tensorrt_parses,
 )
-from builders.pipeline.graph import ModelSourceError, graph_io, obtain_model
+from builders.pipeline.graph import graph_io
 from builders.pipeline.in_process import Replay
 from tritonrepo.pipelines.description import DescriptionError, Pipeline
 
@@ -43,14 +44,7 @@ def check_stateful(pipeline: Pipeline, repository: Path, owned: set[str], force:
     step = _import(pipeline.session.step, "session.step", problems)
     post = _import(pipeline.postprocess.function, "postprocess.function", problems)
     make_samples = _import(pipeline.samples, "samples.function", problems)
-    _import(pipeline.core.build, "model.build", problems)
-    model, io = None, None
-    if pipeline.core.builder is None and not problems:
-        try:
-            model = obtain_model(pipeline)
-            io = graph_io(model)
-        except ModelSourceError as exc:
-            problems.append(str(exc))
+    model, io = _core_graph(pipeline, problems)
     core_inputs, core_outputs = _core_tensors(pipeline, io, problems)
     probe = None
     if make_samples is not None and step is not None and post is not None and not problems:

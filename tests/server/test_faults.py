@@ -24,6 +24,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.conftest import wait_for
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.server.launcher import TritonServer
@@ -66,20 +67,6 @@ def metrics(server: TritonServer, name: str) -> dict[str, float]:
 def pending_requests(server: TritonServer) -> float:
     """Requests queued in all models (``nv_inference_pending_request_count``, summed)."""
     return sum(metrics(server, "nv_inference_pending_request_count").values())
-
-
-def wait_for(what: str, condition: Callable[[], bool], deadline_s: float) -> float:
-    """Poll ``condition`` every 0.2 s until true; returns the seconds it took.
-
-    Raises:
-        AssertionError: not true within ``deadline_s`` seconds (``what`` says what).
-    """
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > deadline_s:
-            raise AssertionError(f"{what} not reached within {deadline_s:.0f} s")
-        time.sleep(0.2)
-    return time.monotonic() - start
 
 
 def repo_for(server: TritonServer) -> RepositoryClient:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import require_artifacts, server_options
+from tests.conftest import require_artifacts, server_options, wait_for
 from tritonrepo.image import spec as image_spec
 from tritonrepo.server.launcher import TritonServer, free_port
 from tritonrepo.server.processes import metric_values
@@ -54,20 +54,6 @@ def restart_options(name: str, **overrides):
     }
     values.update(overrides)
     return server_options(name, **values)
-
-
-def wait_for(what: str, condition, deadline_s: float) -> float:
-    """Poll ``condition`` every 0.1 s until true; the seconds it took.
-
-    Raises:
-        AssertionError: not true within ``deadline_s`` seconds.
-    """
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > deadline_s:
-            raise AssertionError(f"{what} not reached within {deadline_s:.0f} s")
-        time.sleep(0.1)
-    return time.monotonic() - start
 
 
 def embed_reference(url: str) -> dict[str, np.ndarray]:

@@ -124,3 +124,18 @@ def reference_embed(reference_model):
         )
 
     return embed
+
+
+# Folders by how long their files run, longest first: `make test` runs the files on two
+# pytest-xdist workers (--dist loadfile) in collection order, so the quick files fill the end.
+_FOLDER_ORDER = ("server", "pipelines", "deploy", "artifacts", "gpu", "unit")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Server tests first and unit tests last; the order within a file is kept."""
+
+    def rank(item: pytest.Item) -> int:
+        folder = item.path.parent.name
+        return _FOLDER_ORDER.index(folder) if folder in _FOLDER_ORDER else len(_FOLDER_ORDER)
+
+    items.sort(key=rank)

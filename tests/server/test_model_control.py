@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
+import time
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from tests.conftest import client_cli, key_file
+from tritonrepo.ctr import spec as ctr_spec
+from tritonrepo.server.processes import metric_values
 from tritonrepo.text import spec
 from tritonrepo_client import (
     EmbeddingClient,
@@ -137,3 +143,79 @@ def test_health_fails_when_a_step_cannot_serve(control_server):
         finally:
             repo.load(spec.ENSEMBLE)
     assert cli(control_server, "health").returncode == 0
+
+
+# --- custom metrics follow the model's lifetime -----------------------------------------------
+CUSTOM_METRICS = ("tritonrepo_step_errors_total", "tritonrepo_sessions_active")
+
+
+def custom_series(server, model: str) -> dict[str, float]:
+    """``{metric{labels}: value}`` of the project's custom metrics labelled ``model``."""
+    found = {}
+    for name in CUSTOM_METRICS:
+        for labels, value in metric_values(server.options.metrics_url, name).items():
+            if f'model="{model}"' in labels:
+                found[name + labels] = value
+    return found
+
+
+def session_event(server, candidates: list[int], cid: str) -> None:
+    """One START+END event to ctr_session over gRPC (raises InferenceServerException)."""
+    client = grpcclient.InferenceServerClient(server.options.grpc_url)
+    try:
+        inputs = []
+        for name, array in (("ITEM_ID", [12]), ("CANDIDATES", candidates)):
+            tensor = grpcclient.InferInput(name, [len(array)], "INT64")
+            tensor.set_data_from_numpy(np.array(array, np.int64))
+            inputs.append(tensor)
+        client.infer(
+            ctr_spec.SESSION_MODEL, inputs, sequence_id=cid, sequence_start=True, sequence_end=True
+        )
+    finally:
+        client.close()
+
+
+def without_pid(series: str) -> str:
+    """A series' name and labels without ``stub_pid`` (each stub process has its own)."""
+    return re.sub(r'stub_pid="\d+",?', "", series)
+
+
+def wait_for_series(server, model: str, count: int, deadline_s: float = 30) -> dict[str, float]:
+    """``model``'s custom series once there are ``count`` of them (polled, with a deadline)."""
+    deadline = time.monotonic() + deadline_s
+    while len(series := custom_series(server, model)) != count:
+        assert time.monotonic() < deadline, f"{model}: {len(series)} series, not {count}: {series}"
+        time.sleep(0.2)
+    return series
+
+
+def test_unload_removes_a_models_custom_metric_series_and_load_starts_them_at_zero(
+    control_server,
+):
+    """ctr_session's 8 series (2 instances x 3 error kinds + 1 sessions gauge) leave
+    /metrics with `models unload` and come back at 0 with `models load`; the same metric of
+    other models (one family name for all steps) is untouched."""
+    model = ctr_spec.SESSION_MODEL
+    session_event(control_server, [5, 66, 981], "metrics-good")
+    with pytest.raises(InferenceServerException, match="CANDIDATES must hold 1 to 512"):
+        session_event(control_server, list(range(1, 514)), "metrics-bad")
+    served = wait_for_series(control_server, model, 8)
+    over_limit = [v for k, v in served.items() if 'kind="over_limit"' in k]
+    assert sorted(over_limit) == [0.0, 1.0], served  # one instance answered the error
+    others = custom_series(control_server, ctr_spec.PREPROCESS_MODEL)
+    assert others, "ctr_preprocess has no error counters"
+
+    out = cli(control_server, "models", "unload", model)
+    assert out.returncode == 0, out.stderr
+    with repo_client(control_server, "http") as repo:
+        repo.wait_until(model, [1], timeout_s=60)
+    assert wait_for_series(control_server, model, 0) == {}
+    assert custom_series(control_server, ctr_spec.PREPROCESS_MODEL) == others
+
+    out = cli(control_server, "models", "load", model)
+    assert out.returncode == 0, out.stderr
+    again = wait_for_series(control_server, model, 8)
+    assert {without_pid(k) for k in again} == {without_pid(k) for k in served}
+    assert not set(again) & set(served), "the new stubs count in series of their own"
+    assert all(value == 0 for value in again.values()), again
+    session_event(control_server, [5, 66], "metrics-after")  # and it serves

@@ -3,6 +3,7 @@ error answer is counted under, and that every series exists from the start."""
 
 from __future__ import annotations
 
+import os
 from typing import ClassVar
 
 import numpy as np
@@ -81,12 +82,32 @@ def test_every_kind_is_a_series_at_zero_and_counts_apart() -> None:
     assert sorted(by_kind) == sorted(ERROR_KINDS)
     assert all(m.value == 0 for m in family.metrics)
     assert {m.labels["instance"] for m in family.metrics} == {"tok_0_0"}
+    # a stub's own series: a reloaded instance of the same name gets new ones
+    assert {m.labels["stub_pid"] for m in family.metrics} == {str(os.getpid())}
     counters.count("over_limit")
     counters.count("over_limit")
     counters.count("internal")
     assert by_kind["over_limit"].value == 2
     assert by_kind["internal"].value == 1
     assert by_kind["invalid_input"].value == 0
+
+
+def test_finalize_drops_every_metric_so_the_backend_deletes_the_series() -> None:
+    """The Python backend deletes a custom metric from Triton when its Python object goes; an
+    object still alive when the stub exits never reaches Triton (tritonrepo.step.metrics)."""
+    import weakref
+
+    from tritonrepo.step.python_step import PythonStep
+
+    _Family.created.clear()
+    step = PythonStep()
+    step.error_counters = StepErrorCounters(_PbUtils, "m", "1", "m_0_0")
+    family = weakref.ref(_Family.created.pop())
+    metrics = [weakref.ref(m) for m in family().metrics]
+    assert len(metrics) == len(ERROR_KINDS)
+    step.finalize()
+    assert family() is None and all(m() is None for m in metrics)
+    step.error_counters.count("internal")  # after finalize: nothing to count, nothing fails
 
 
 def test_without_the_metrics_api_nothing_is_counted_and_nothing_fails() -> None:

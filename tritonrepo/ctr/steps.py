@@ -19,6 +19,7 @@ from tritonrepo.ctr.features import (
 from tritonrepo.ctr.ranking import top_k
 from tritonrepo.ctr.sessions import SessionStore
 from tritonrepo.step.errors import InvalidRequest
+from tritonrepo.step.metrics import stub_labels
 from tritonrepo.step.parameters import REQUIRED, Parameter
 from tritonrepo.step.python_step import Outputs, PythonStep
 from tritonrepo.step.sessions import read_controls
@@ -127,13 +128,16 @@ class SessionStep(PythonStep):
             kind=self.pb_utils.MetricFamily.GAUGE,
         )
         self.sessions_gauge = self.sessions_family.Metric(
-            labels={
-                "model": self.model_name,
-                "version": self.version,
-                "instance": self.instance_name,
-            }
+            labels=stub_labels(self.model_name, self.version, self.instance_name)
         )
         self.sessions_gauge.set(0)
+
+    def finalize(self) -> None:
+        """Deletes the sessions gauge from Triton's metrics endpoint (the gauge, then its
+        family: :mod:`tritonrepo.step.metrics` says why here), then the error counters."""
+        self.sessions_gauge = None
+        self.sessions_family = None
+        super().finalize()
 
     def execute(self, requests: list[Any]) -> list[Any]:
         """:meth:`PythonStep.execute`, then the sessions gauge set to the store's size (a

@@ -223,4 +223,11 @@ class PythonStep:
         return self.pb_utils.Tensor.from_dlpack(name, to_dlpack(value.contiguous()))
 
     def finalize(self) -> None:
-        """Called once when the instance is unloaded."""
+        """Called once when the instance is unloaded: deletes its ``tritonrepo_step_errors_total``
+        series from Triton's metrics endpoint (:meth:`StepErrorCounters.close
+        <tritonrepo.step.metrics.StepErrorCounters.close>`: after the stub exits it is too
+        late). A subclass that creates metrics of its own drops them here too and calls
+        ``super().finalize()``."""
+        counters = getattr(self, "error_counters", None)
+        if counters is not None:
+            counters.close()

@@ -26,8 +26,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import require_artifacts, server_options
+from tests.server.test_http_guard import require_guard
 from tritonrepo.paths import BUILD_DIR
-from tritonrepo.server.http_guard import HttpGuard, guard_available
+from tritonrepo.server.http_guard import HttpGuard
 from tritonrepo.server.launcher import TritonServer, free_port
 from tritonrepo.server.processes import metric_values
 from tritonrepo.text import spec
@@ -103,12 +104,6 @@ def wait_for(what: str, condition: Callable[[], bool], deadline_s: float) -> Non
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not reached within {deadline_s:.0f} s")
         time.sleep(0.05)
-
-
-def require_guard() -> None:
-    reason = guard_available()
-    if reason:
-        pytest.fail(reason)
 
 
 @pytest.fixture(scope="module")

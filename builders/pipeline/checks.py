@@ -17,12 +17,13 @@ import re
 import sys
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from builders.pipeline import declared
 from builders.pipeline.graph import GraphIO, ModelSourceError, graph_io, obtain_model
 from builders.pipeline.in_process import InProcess
 from builders.pipeline.render import CoreTensor
@@ -296,8 +297,14 @@ def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = F
     if pipeline.stateful:
         from builders.pipeline.checks_stateful import check_stateful
 
-        return check_stateful(pipeline, repository, owned, force)
-    problems: list[str] = []
+        checked = check_stateful(pipeline, repository, owned, force)
+        problems: list[str] = []
+        declared.check_ragged_inputs(pipeline, checked.core_inputs, checked.core_outputs, problems)
+        probe = declared.probe_json(pipeline, problems)
+        if problems:
+            raise DescriptionError(pipeline.source, problems)
+        return checked if probe is None else replace(checked, probe=probe)
+    problems = []
     _check_clashes(pipeline, repository, owned, force, problems)
     _check_calls(pipeline, repository, problems)
     pre = _import(
@@ -318,6 +325,8 @@ def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = F
         probe = _run_samples(
             pipeline, make_samples, pre, post, model, core_inputs, core_outputs, problems
         )
+    declared.check_ragged_inputs(pipeline, core_inputs, core_outputs, problems)
+    probe = declared.probe_json(pipeline, problems) or probe  # a [probe] table wins
     if problems:
         raise DescriptionError(pipeline.source, problems)
     return Checked(core_inputs, core_outputs, probe, model, model is None or tensorrt_parses(model))

@@ -9,7 +9,7 @@ the description, so an edit goes there and ``tritonrepo-new`` is run again.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tritonrepo.pipelines.description import Deployment, Pipeline, Step, Tensor
@@ -53,11 +53,15 @@ def _dims(dims: Iterable[int]) -> str:
     return "[ " + ", ".join(str(d) for d in dims) + " ]"
 
 
-def _tensor_line(t: Tensor | CoreTensor, label_filename: str | None = None) -> str:
+def _tensor_line(
+    t: Tensor | CoreTensor, label_filename: str | None = None, ragged: bool = False
+) -> str:
     line = f'{{ name: "{t.name}" data_type: TYPE_{"STRING" if t.dtype == "BYTES" else t.dtype} '
     line += f"dims: {_dims(t.dims)}"
     if isinstance(t, CoreTensor) and t.reshape:
         line += " reshape: { shape: [ ] }"
+    if ragged:
+        line += " allow_ragged_batch: true"
     if isinstance(t, Tensor) and t.optional:
         line += " optional: true"
     if label_filename:
@@ -65,11 +69,17 @@ def _tensor_line(t: Tensor | CoreTensor, label_filename: str | None = None) -> s
     return line + " }"
 
 
-def _io(kind: str, tensors: Sequence[Tensor | CoreTensor], labels: bool = False) -> str:
+def _io(
+    kind: str,
+    tensors: Sequence[Tensor | CoreTensor],
+    labels: bool = False,
+    ragged: Collection[str] = (),
+) -> str:
+    """An ``input``/``output`` list; ``ragged``: the names declared ``allow_ragged_batch``."""
     rows = []
     for t in tensors:
         label = t.label_filename if labels and isinstance(t, Tensor) else None
-        rows.append("  " + _tensor_line(t, label))
+        rows.append("  " + _tensor_line(t, label, t.name in ragged))
     return f"{kind} [\n" + ",\n".join(rows) + "\n]\n"
 
 
@@ -188,7 +198,7 @@ def step_config(
             _header(pipeline, deployment.doc or step.doc),
             f'name: "{step.model}"\nbackend: "python"\n',
             f"max_batch_size: {deployment.max_batch_size or pipeline.max_batch_size}\n",
-            _io("input", inputs),
+            _io("input", inputs, ragged=deployment.ragged_inputs),
             _io("output", outputs, labels=True),
             f"instance_group [ {{ count: {deployment.instances} kind: KIND_CPU }} ]\n",
             _batching(deployment, STEP),
@@ -254,7 +264,7 @@ def core_config(
             kind_lines,
             f"max_batch_size: {deployment.max_batch_size or pipeline.max_batch_size}\n",
             f"version_policy: {{ specific: {{ versions: [ {versions} ] }} }}\n",
-            _io("input", inputs),
+            _io("input", inputs, ragged=deployment.ragged_inputs),
             _io("output", outputs),
             f"instance_group [ {{ count: {deployment.instances} kind: {kind}{profile} }} ]\n",
             _batching(deployment, policy),

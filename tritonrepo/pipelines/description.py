@@ -98,6 +98,9 @@ class Deployment:
     ``max_queue_delay_us`` is the dynamic batcher's ``max_queue_delay_microseconds`` (µs);
     ``preferred_batch_sizes`` its ``preferred_batch_size`` (empty = none); ``max_batch_size``
     overrides the pipeline's when set (a core model may batch more rows than one request has).
+    ``ragged_inputs`` names the model's inputs declared ``allow_ragged_batch: true`` in this set
+    (the batcher joins requests whose shapes differ along their non-batch dims; the backend must
+    take such a batch, as ``onnxruntime_python`` with ``sequence_mask_input`` does).
     """
 
     instances: int = 1
@@ -106,6 +109,7 @@ class Deployment:
     max_batch_size: int | None = None
     parameters: Mapping[str, str] = field(default_factory=dict)
     doc: str = ""
+    ragged_inputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,7 @@ class Pipeline:
     source: Path
     sequence: SequenceSpec | None = None  # [sequence]: a stateful pipeline (stateful.py)
     session: SessionSpec | None = None  # [session]: its step(state, inputs) function
+    probe: Mapping[str, Any] | None = None  # [probe]: the declared health probe (KServe v2 JSON)
 
     @property
     def stateful(self) -> bool:
@@ -295,6 +300,7 @@ _DEPLOYMENT_KEYS = (
     "max_batch_size",
     "parameters",
     "doc",
+    "ragged_inputs",
 )
 
 
@@ -305,6 +311,10 @@ def _deployment(r: _Reader, raw: Mapping[str, Any], where: str, base: Deployment
     preferred = r.get(raw, "preferred_batch_sizes", where, list, list(base.preferred_batch_sizes))
     max_batch = r.get(raw, "max_batch_size", where, int, base.max_batch_size)
     parameters = r.get(raw, "parameters", where, dict, dict(base.parameters))
+    ragged = r.get(raw, "ragged_inputs", where, list, list(base.ragged_inputs))
+    names = [n for n in ragged if isinstance(n, str) and n]
+    if len(names) != len(ragged) or len(set(names)) != len(names):
+        r.problem(f"{where}.ragged_inputs", f"{ragged!r}: give input names, each once")
     if instances < 1:
         r.problem(f"{where}.instances", f"{instances}: give 1 or more")
     if delay < 0:
@@ -321,6 +331,7 @@ def _deployment(r: _Reader, raw: Mapping[str, Any], where: str, base: Deployment
         max_batch,
         {k: str(v) for k, v in parameters.items()},
         r.get(raw, "doc", where, str, base.doc),
+        tuple(names),
     )
 
 
@@ -514,7 +525,22 @@ _TOP_KEYS = (
     "tests",
     "sequence",
     "session",
+    "probe",
 )
+
+
+def _probe(r: _Reader, raw: Any) -> Mapping[str, Any] | None:
+    """The ``[probe]`` table: ``inputs`` (KServe v2 JSON input tensors) and optional
+    ``outputs``; its format and its tensors are checked by the generator
+    (``builders.pipeline.declared``), which writes it as the ``tritonrepo_probe`` parameter."""
+    if not isinstance(raw, dict):
+        r.problem("probe", "must be a table with inputs = [{ name, datatype, shape, data }]")
+        return None
+    r.unknown(raw, ("inputs", "outputs"), "probe")
+    if not r.get(raw, "inputs", "probe", list, []):
+        r.problem("probe.inputs", "is missing or empty; give the request's tensors")
+    r.get(raw, "outputs", "probe", list, [])
+    return dict(raw)
 
 
 def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
@@ -576,6 +602,7 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
         source=source,
         sequence=sequence,
         session=session,
+        probe=_probe(r, data["probe"]) if "probe" in data else None,
     )
     if sequence is not None:
         check_stateful_tables(r, data, sequence, [t.name for t in pipeline.inputs])

@@ -223,11 +223,10 @@ int8-study: artifacts
 # GPU host without NVIDIA's container: the torch_gpu config set (--model-config-name=torch_gpu).
 # The programs are tied to this host's PyTorch, like TensorRT plans to theirs, so they are built
 # here, not shipped (builders/torch_programs/export.py).
-TORCH_GPU_ARTIFACTS := \
-	model_repository/text_embedding_encoder/1/model.pt2 \
-	model_repository/ctr_model/1/model.pt2 \
-	model_repository/image_classifier/1/model.pt2 \
-	model_repository/image_classifier_resnet50/1/model.pt2
+# The programs: version 1 of every model whose configs/torch_gpu.pbtxt runs the torch_python
+# backend (the models builders/torch_programs/export.py exports, read from the same configs).
+TORCH_GPU_ARTIFACTS := $(patsubst %/configs/torch_gpu.pbtxt,%/1/model.pt2,\
+	$(shell grep -l '^backend: *"torch_python"' model_repository/*/configs/torch_gpu.pbtxt))
 
 artifacts-gpu: $(TORCH_GPU_ARTIFACTS)
 

@@ -32,6 +32,8 @@ from tritonrepo.pipelines.stateful import (
     parse_session,
     session_outputs,
 )
+from tritonrepo_client.model_repository.config_sets import CONFIG_SETS as CONFIG_SET_TABLE
+from tritonrepo_client.model_repository.dtypes import DATA_TYPES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -43,25 +45,15 @@ DEFAULT_MAX_BATCH_SIZE = 32
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,47}$")  # a model name and a Python identifier
 REF_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # package.module:attribute
 
-# Triton's data types (model_config.proto DataType, without TYPE_) and their numpy types.
-DTYPES: Mapping[str, str] = {
-    "BOOL": "bool",
-    "UINT8": "uint8",
-    "UINT16": "uint16",
-    "UINT32": "uint32",
-    "UINT64": "uint64",
-    "INT8": "int8",
-    "INT16": "int16",
-    "INT32": "int32",
-    "INT64": "int64",
-    "FP16": "float16",
-    "FP32": "float32",
-    "FP64": "float64",
-    "BYTES": "object",
-}
-# The config sets a description deploys (tritonrepo_client.model_repository.config_sets, which
-# the stub layer may not import): config.pbtxt, configs/cpu.pbtxt, configs/torch_gpu.pbtxt.
-CONFIG_SETS = ("default", "cpu", "torch_gpu")
+# Triton's data types a description may use (model_config.proto DataType, without TYPE_; BF16
+# has no numpy type) and their numpy types: the one table,
+# tritonrepo_client.model_repository.dtypes (the description reader is generator-side code,
+# which reads the repository through that bottom layer; tests/layers.py).
+DTYPES: Mapping[str, str] = {d.name: d.numpy_name for d in DATA_TYPES if d.has_numpy}
+# The config sets a description deploys (the table of
+# tritonrepo_client.model_repository.config_sets): config.pbtxt, configs/cpu.pbtxt,
+# configs/torch_gpu.pbtxt.
+CONFIG_SETS = tuple(CONFIG_SET_TABLE)
 
 
 class DescriptionError(ValueError):

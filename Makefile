@@ -50,7 +50,7 @@ help:
 	@echo "make bench     the ensembles vs in-process and FastAPI baselines (~25 min; build/bench/)"
 	@echo "make bench-quick  the same harness, a few seconds per system (what CI runs)"
 	@echo "make bench-priority  real-time requests under a bulk flood, with and without priority"
-	@echo "make bench-pipelines  described pipelines: lines written, time to first answer, served vs in-process (~3 min)"
+	@echo "make bench-pipelines  described pipelines: lines written, time to first answer, served vs in-process and FastAPI (~8 min)"
 	@echo "make fallback-cpu  switch a running server to the CPU configs, no downtime (URL=...)"
 	@echo "make fallback-gpu  ... and back to GPU_CONFIGS (default: config.pbtxt, TensorRT)"
 	@echo "make soak      one server, mixed traffic for SOAK_MINUTES (10); leak checks (build/soak/)"
@@ -207,7 +207,7 @@ bench-quick: artifacts perf-deps guard-deps
 	$(PY) -m benchmarks --quick $(BENCH_ARGS)
 
 # Described pipelines (pipelines/*/pipeline.toml): lines written, description to first served
-# answer, served vs in-process (~3 min; build/bench/pipelines/).
+# answer, served (HTTP guard) vs in-process and vs FastAPI + gunicorn (~8 min; build/bench/pipelines/).
 bench-pipelines: artifacts
 	$(PY) -m benchmarks.pipelines $(BENCH_ARGS)
 

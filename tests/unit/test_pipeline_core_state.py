@@ -58,6 +58,7 @@ step_class = "tritonrepo.ctr.steps:SessionStep"
 calls = [{ model = "other", input = [{ name = "A", dtype = "INT64", dims = [4] }] }]
 reference = "tests.unit.test_pipeline_core_state:running_total"
 instances = 3
+parameters = { core_model = "other" }
 [session.torch_gpu]
 instances = 5
 [model]
@@ -194,7 +195,7 @@ def test_the_graph_config_serves_implicit_state_and_the_step_sets_the_step_class
         assert step.backend == "python" and not step.sequence_batching.state
         assert step.instance_group[0].count == count
         params = {k: v.string_value for k, v in step.parameters.items()}
-        assert params == {"max_sessions": "10", "tritonrepo_calls": "other"}
+        assert params == {"max_sessions": "10", "tritonrepo_calls": "other", "core_model": "other"}
 
 
 def test_a_pipeline_of_one_item_per_request_hands_the_core_all_rows():

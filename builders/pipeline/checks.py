@@ -263,6 +263,8 @@ def probe_json(pipeline: Pipeline, samples: Mapping[str, np.ndarray]) -> str:
         if t.name not in samples:
             continue
         value = np.asarray(samples[t.name][row : row + 1])
+        if pipeline.max_batch_size == 0:  # row = one request, without a batch dim
+            value = value[0]
         if t.dtype == "BYTES":
             data: list[Any] = []
             for item in value.ravel():
@@ -294,6 +296,10 @@ def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = F
     Raises:
         DescriptionError: every problem found, nothing written.
     """
+    if pipeline.core_state is not None:
+        from builders.pipeline.checks_core_state import check_core_state
+
+        return check_core_state(pipeline, repository, owned, force)
     if pipeline.stateful:
         from builders.pipeline.checks_stateful import check_stateful
 

@@ -194,15 +194,16 @@ def step_config(
         parameters = {"function": step.function, "code_root": CODE_ROOT, **parameters}
     if step.calls:
         parameters[CALLS_PARAMETER] = ",".join(step.calls)
+    max_batch_size = deployment.max_batch_size or pipeline.max_batch_size
     return "".join(
         [
             _header(pipeline, deployment.doc or step.doc),
             f'name: "{step.model}"\nbackend: "python"\n',
-            f"max_batch_size: {deployment.max_batch_size or pipeline.max_batch_size}\n",
+            f"max_batch_size: {max_batch_size}\n",
             _io("input", inputs, ragged=deployment.ragged_inputs),
             _io("output", outputs, labels=True),
             f"instance_group [ {{ count: {deployment.instances} kind: KIND_CPU }} ]\n",
-            _batching(deployment, STEP),
+            _batching(deployment, STEP) if max_batch_size else "",  # 0: nothing to batch
             _parameters(parameters),
         ]
     )
@@ -382,3 +383,13 @@ def test_module(pipeline: Pipeline) -> str:
         f"class Test{cls}({suite}):\n"
         f'    DESCRIPTION = "{source}"\n'
     )
+
+
+def step_view(pipeline: Pipeline, tensors: Sequence[CoreTensor]) -> list[Tensor]:
+    """The core model's tensors as the steps next to it declare them: as the core's, or, in a
+    pipeline that does not batch (``max_batch_size = 0``: one request = one item, e.g. one
+    user) around a core that does, with a leading ``-1``: a step hands the core all rows of its
+    request at once (``[n, *dims]``), which reaches the core as one request of batch n."""
+    core_batch = pipeline.core.deployments["default"].max_batch_size
+    rows = pipeline.max_batch_size == 0 and bool(core_batch)
+    return [Tensor(t.name, t.dtype, ((-1,) if rows else ()) + t.dims) for t in tensors]

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tritonrepo.pipelines.core_state import CoreState, parse_core_state
 from tritonrepo.pipelines.stateful import (
     SequenceSpec,
     SessionSpec,
@@ -167,6 +168,7 @@ class Pipeline:
     sequence: SequenceSpec | None = None  # [sequence]: a stateful pipeline (stateful.py)
     session: SessionSpec | None = None  # [session]: its step(state, inputs) function
     probe: Mapping[str, Any] | None = None  # [probe]: the declared health probe (KServe v2 JSON)
+    core_state: CoreState | None = None  # [[sequence.state]]: state in the core (core_state.py)
 
     @property
     def stateful(self) -> bool:
@@ -181,7 +183,9 @@ class Pipeline:
     @property
     def models(self) -> tuple[str, ...]:
         """The model names: ensemble, preprocess, core, postprocess; for a stateful pipeline
-        the session model and the core."""
+        the session model and the core; with state in the core, the session model alone."""
+        if self.core_state is not None and self.session is not None:
+            return (self.session.model,)
         if self.session is not None:
             return (self.session.model, self.core.model)
         return (self.name, self.preprocess.model, self.core.model, self.postprocess.model)
@@ -189,6 +193,8 @@ class Pipeline:
     @property
     def model_fields(self) -> tuple[str, ...]:
         """The description's field naming each of :attr:`models`."""
+        if self.core_state is not None:
+            return ("session.model",)
         if self.session is not None:
             return ("session.model", "model.model")
         return ("name", "preprocess.model", "model.model", "postprocess.model")
@@ -550,12 +556,15 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
             "name", f"{name!r}: give a lower-case name of letters, digits and _ (a model name)"
         )
     max_batch = r.get(data, "max_batch_size", "", int, DEFAULT_MAX_BATCH_SIZE)
-    if max_batch < 1:
-        r.problem("max_batch_size", f"{max_batch}: give 1 or more (the generator always batches)")
-    sequence = session = None
+    if max_batch < 0:
+        r.problem("max_batch_size", f"{max_batch}: give 1 or more (0: one request = one item, "
+                  "no batch dim)")  # fmt: skip
+    sequence = session = core_state = None
     if "sequence" in data:
         sequence = parse_sequence(r, data["sequence"])
         session = parse_session(r, data.get("session"), name, REF_PATTERN)
+        core_state = parse_core_state(r, data, DTYPES, _tensors, _deployments, NAME_PATTERN,
+                                      REF_PATTERN)  # fmt: skip
     elif "session" in data:
         r.problem("session", "needs a [sequence] table (a stateful pipeline); add one or drop it")
     samples = None
@@ -575,7 +584,10 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
             post_raw, dict) else None  # fmt: skip
         if post_raw == {}:
             r.problem("postprocess.function", "is missing; give function = 'module:function'")
-        post = replace(_step(r, post_raw, "postprocess", "", False), model="", deployments={})
+        if core_state is not None:  # its step class answers: no postprocess function
+            post = Step("", None, None, (), {})
+        else:
+            post = replace(_step(r, post_raw, "postprocess", "", False), model="", deployments={})
     else:
         pre = _step(r, data.get("preprocess"), "preprocess", f"{name}_preprocess", True)
         post = _step(r, data.get("postprocess"), "postprocess", f"{name}_postprocess", False)
@@ -595,9 +607,17 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
         sequence=sequence,
         session=session,
         probe=_probe(r, data["probe"]) if "probe" in data else None,
+        core_state=core_state,
     )
+    if core_state is not None and session is not None:  # the graph serves under its name
+        pipeline = replace(pipeline, core=replace(pipeline.core, model=session.model))
     if sequence is not None:
         check_stateful_tables(r, data, sequence, [t.name for t in pipeline.inputs])
+    functions = (pipeline.preprocess.function, pipeline.postprocess.function)
+    if max_batch == 0 and (any(functions) or (sequence is not None and core_state is None)):
+        r.problem("max_batch_size", "0: give 1 or more for function steps (the generator runs "
+                  "them on batches of samples); 0 (one request = one item, no batch dim) is "
+                  "for steps that are PythonStep classes (step = 'module:Class')")  # fmt: skip
     if not pipeline.inputs:
         r.problem("input", "no request tensors; add [[input]] tables (name, dtype, dims)")
     if not pipeline.outputs:

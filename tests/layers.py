@@ -26,6 +26,8 @@ LAYERS = {
     "tritonrepo.image": "stub: models",
     "tritonrepo.pipelines": "stub: models",
     "tritonrepo.pipelines.description": "description",
+    "tritonrepo.pipelines.stateful": "description",
+    "tritonrepo.pipelines.core_state": "description",
     "backends": "stub: backends",
     "model_repository": "stub: model.py",
     "tritonrepo.paths": "shared: paths",

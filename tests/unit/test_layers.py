@@ -140,4 +140,5 @@ def test_pipelines_benchmarks_and_the_description_reader_have_their_rule():
     bad = {(i.path, i.module) for i in layers.violations(found)}
     assert {case: case not in bad for case in cases} == cases
     assert layers.layer("pipelines.breast_cancer.steps") == "pipelines"
-    assert layers.layer("tritonrepo.pipelines.stateful") == "stub: models"
+    assert layers.layer("tritonrepo.pipelines.stateful") == "description"
+    assert layers.layer("tritonrepo.pipelines.session_step") == "stub: models"

@@ -19,11 +19,13 @@ from tritonrepo_client.validation import parse_correlation_id
 
 def served_models(repo: RepositoryClient, conn: TritonConnection) -> list[str]:
     """The models ``health`` checks by default, by name: every loaded model whose config
-    declares its probe (every described pipeline's does), and every model that was loaded and
-    is not READY now (the repository index, with the key) that the local repository serves by
-    default (:func:`tritonrepo_client.model_repository.roles.served_models`): an ensemble whose
-    step was unloaded is reported, not skipped. Models the server never loaded are not checked.
-    None when the loaded models cannot be listed (the statistics endpoint does not answer)."""
+    declares its probe (every described pipeline's does), and every model that the local
+    repository serves by default (:func:`tritonrepo_client.model_repository.roles.served_models`)
+    whose load failed (the repository index, with the key: UNAVAILABLE for a reason other than
+    "unloaded"). A model unloaded through the API is not checked (Triton's index does not tell
+    an unload asked for from one that followed a step's: name it with ``--model``), nor one the
+    server never loaded. None when the loaded models cannot be listed (the statistics endpoint
+    does not answer)."""
     from tritonrepo_client.control.config_sets import probed_models
     from tritonrepo_client.control.local import local_repository
     from tritonrepo_client.model_repository.roles import served_models as served_by_default
@@ -33,11 +35,15 @@ def served_models(repo: RepositoryClient, conn: TritonConnection) -> list[str]:
     except ClientError:
         served = set()
     try:
-        dropped = {row.name for row in repo.index() if row.state and row.state != "READY"}
+        failed = {
+            row.name
+            for row in repo.index()
+            if row.state == "UNAVAILABLE" and row.reason != "unloaded"
+        }
     except ClientError:
         return sorted(served)  # no key: what is loaded is all that can be known
-    if dropped:
-        served |= dropped & set(served_by_default(local_repository().model_repository))
+    if failed:
+        served |= failed & set(served_by_default(local_repository().model_repository))
     return sorted(served)
 
 

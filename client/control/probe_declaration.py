@@ -14,10 +14,14 @@ and whose optional ``outputs`` say what must come back::
 
 Each ``outputs`` entry names an output; ``shape``, ``datatype`` and ``data`` are optional and,
 when given, must match (numbers within ``atol`` + ``rtol`` x |expected|, default 1e-5 each;
-BYTES items exactly). Without ``outputs``, every output of the config is requested and must come
-back, numbers finite. BYTES input and expected items are UTF-8 strings, or ``{"b64": "..."}``
-for binary data (an image). A model with ``sequence_batching`` gets the probe as a one-request
-sequence (START and END, a random numeric correlation ID), which leaves no state behind.
+BYTES items exactly). Where the values depend on trained weights, bounds say what any healthy
+model answers instead: ``min`` and ``max`` (every value within them), ``values_in`` (every
+value one of these, e.g. the candidates sent) and ``order`` (``"descending"`` or
+``"ascending"`` along the last axis). Without ``outputs``, every output of the config is
+requested and must come back, numbers finite. BYTES input and expected items are UTF-8
+strings, or ``{"b64": "..."}`` for binary data (an image). A model with ``sequence_batching``
+gets the probe as a one-request sequence (START and END, a random numeric correlation ID),
+which leaves no state behind.
 """
 
 from __future__ import annotations
@@ -55,6 +59,19 @@ class ExpectedOutput:
     data: np.ndarray | None = None
     atol: float = DEFAULT_TOLERANCE
     rtol: float = DEFAULT_TOLERANCE
+    low: float | None = None  # "min"
+    high: float | None = None  # "max"
+    values_in: tuple[float, ...] | None = None
+    order: str | None = None  # "descending" | "ascending", along the last axis
+
+    @property
+    def checks_values(self) -> bool:
+        """Whether anything beyond shape and dtype is checked."""
+        bounds = (self.low, self.high, self.values_in, self.order)
+        return self.data is not None or any(b is not None for b in bounds)
+
+
+ORDERS = ("descending", "ascending")
 
 
 @dataclass(frozen=True)
@@ -86,7 +103,7 @@ class DeclaredProbe:
         for expected in self.outputs:
             _check_output(expected, got.get(expected.name))
         checked = ", ".join(
-            f"{o.name} {list(got[o.name].shape)}" + (" as declared" if o.data is not None else "")
+            f"{o.name} {list(got[o.name].shape)}" + (" as declared" if o.checks_values else "")
             for o in self.outputs
         )
         return f"declared probe answered: {checked}"
@@ -152,9 +169,23 @@ def _expected_output(entry: Any, where: str) -> ExpectedOutput:
     try:
         atol = float(entry.get("atol", DEFAULT_TOLERANCE))
         rtol = float(entry.get("rtol", DEFAULT_TOLERANCE))
+        low = float(entry["min"]) if "min" in entry else None
+        high = float(entry["max"]) if "max" in entry else None
+        values_in = entry.get("values_in")
+        if values_in is not None:
+            if not isinstance(values_in, list) or not values_in:
+                raise ValueError
+            values_in = tuple(float(v) for v in values_in)
     except (TypeError, ValueError):
-        raise InvalidProbe(f"{where}: 'atol' and 'rtol' must be numbers") from None
-    return ExpectedOutput(entry["name"], shape, datatype, data, atol, rtol)
+        raise InvalidProbe(
+            f"{where}: 'atol', 'rtol', 'min' and 'max' must be numbers, 'values_in' a list of them"
+        ) from None
+    order = entry.get("order")
+    if order is not None and order not in ORDERS:
+        raise InvalidProbe(f"{where}: 'order' is {order!r}; give one of {list(ORDERS)}")
+    return ExpectedOutput(
+        entry["name"], shape, datatype, data, atol, rtol, low, high, values_in, order
+    )
 
 
 def _shape(value: Any, where: str) -> tuple[int, ...] | None:
@@ -234,3 +265,23 @@ def _check_output(expected: ExpectedOutput, got: np.ndarray | None) -> None:
                 f"{name} differs from the declared values (max abs diff {diff:.3g}, atol "
                 f"{expected.atol}, rtol {expected.rtol})"
             )
+    _check_bounds(expected, got)
+
+
+def _check_bounds(expected: ExpectedOutput, got: np.ndarray) -> None:
+    """Raise ClientError when a value of ``got`` (numbers) is outside ``min``/``max``, not one
+    of ``values_in``, or out of ``order`` along the last axis."""
+    name, values = expected.name, got.astype(np.float64)
+    if expected.low is not None and values.size and values.min() < expected.low:
+        raise ClientError(f"{name} has {values.min():.6g}, below the declared min {expected.low}")
+    if expected.high is not None and values.size and values.max() > expected.high:
+        raise ClientError(f"{name} has {values.max():.6g}, above the declared max {expected.high}")
+    if expected.values_in is not None:
+        stray = sorted(set(values.reshape(-1).tolist()) - set(expected.values_in))
+        if stray:
+            raise ClientError(f"{name} has {stray[:4]}, not among {list(expected.values_in)}")
+    if expected.order is not None and values.ndim and values.shape[-1] > 1:
+        steps = np.diff(values, axis=-1)
+        wrong = steps > 0 if expected.order == "descending" else steps < 0
+        if wrong.any():
+            raise ClientError(f"{name} is not in {expected.order} order: {values.tolist()}")

@@ -129,19 +129,24 @@ def test_health_passes_with_a_real_inference(control_server, protocol):
 
 
 def test_health_fails_when_a_step_cannot_serve(control_server):
-    """The server stays live, but the ensemble cannot answer: health must say so and exit
-    non-zero, while the liveness check alone passes."""
+    """The server stays live, but the ensemble it serves cannot answer (its step unloaded, which
+    Triton follows by unloading the ensemble): health of the served models must say so and exit
+    non-zero, while the liveness check alone passes. Health's default list is what is loaded:
+    an unload asked for is not a failure."""
     with repo_client(control_server, "http") as repo:
         repo.unload(spec.NORMALIZE_MODEL)
         repo.wait_until(spec.NORMALIZE_MODEL, [1], timeout_s=30)
         try:
-            out = cli(control_server, "health")
+            out = cli(control_server, "health", "--model", spec.ENSEMBLE)
             assert out.returncode == 1, out.stdout
             assert "FAIL text_embedding" in out.stdout, out.stdout
             assert cli(control_server, "health", "--live").returncode == 0
+            out = cli(control_server, "health")
+            assert out.returncode == 0 and "text_embedding" not in out.stdout, out.stdout
         finally:
             repo.load(spec.ENSEMBLE)
-    assert cli(control_server, "health").returncode == 0
+    out = cli(control_server, "health")
+    assert out.returncode == 0 and "ok   text_embedding inference" in out.stdout, out.stdout
 
 
 # --- custom metrics follow the model's lifetime -----------------------------------------------

@@ -49,6 +49,7 @@ from builders.pipeline.graph import ModelSourceError, obtain_model
 from builders.pipeline.in_process import InProcess, Replay
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo.pipelines.description import DescriptionError, Pipeline, discover, import_ref, load
+from tritonrepo.pipelines.graph_description import GraphPipeline
 from tritonrepo.server import stub_numpy
 
 PARITY_ATOL = 1e-4  # max |batch N - batch 1| per output element (FP32 ONNX Runtime, CPU)
@@ -172,6 +173,10 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
         ModelSourceError: the model cannot be obtained.
         ParityError: the batch parity check failed (nothing is left under the served name).
     """
+    if isinstance(pipeline, GraphPipeline):  # several core models
+        from builders.pipeline.build_graph import build_graph
+
+        return build_graph(pipeline, repository)
     core = pipeline.core
     if core.builder is not None:
         return None
@@ -247,7 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if record is None:
             print(f"{pipeline.name}: up to date")
         else:
-            print(f"{pipeline.name}: {pipeline.core.model} built in {record['seconds']} s, "
+            built = record.get("models") or pipeline.core.model
+            print(f"{pipeline.name}: {built} built in {record['seconds']} s, "
                   f"batch parity {record['parity_max_abs']}")  # fmt: skip
     return 1 if failed else 0
 

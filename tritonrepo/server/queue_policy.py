@@ -112,7 +112,12 @@ def described_core_models() -> tuple[str, ...]:
     from tritonrepo.paths import PIPELINES
     from tritonrepo.pipelines.description import discover, load
 
-    return tuple(load(path).core.model for path in discover(PIPELINES))
+    models: list[str] = []
+    for path in discover(PIPELINES):
+        pipeline = load(path)
+        cores = getattr(pipeline, "cores", None)  # a description of several models
+        models += [c.model for c in cores.values()] if cores else [pipeline.core.model]
+    return tuple(models)
 
 
 def expected_policy(model: str, config_set: str | None) -> QueuePolicy:

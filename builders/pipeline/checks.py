@@ -36,7 +36,10 @@ from tritonrepo.pipelines.description import (
 )
 
 MIN_SAMPLE_ROWS = 8  # batch parity needs a batch; INT8 calibration and the tests use them too
-PROBE_LIMIT_BYTES = 64 * 1024  # the health probe's JSON in the ensemble config, at most
+# The health probe's JSON in the ensemble config, at most: the self-healing supervisor sends it
+# to every served model every heal interval (10 s) and every health check parses the config, so
+# a big request there costs all the time; a description with big samples gives a [probe] row.
+PROBE_LIMIT_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -281,6 +284,34 @@ def probe_json(pipeline: Pipeline, samples: Mapping[str, np.ndarray]) -> str:
     return json.dumps({"inputs": inputs, "outputs": outputs}, separators=(",", ":"))
 
 
+def _probe(pipeline: Pipeline, samples: Mapping[str, np.ndarray], problems: list[str]) -> str:
+    """The probe JSON: the ``[probe]`` function's row when the description has one, else the
+    smallest sample row; a problem when it is over :data:`PROBE_LIMIT_BYTES`."""
+    field, rows = "samples.function", samples
+    if pipeline.probe is not None:
+        field = "probe.function"
+        make = _import(pipeline.probe, field, problems)
+        try:
+            rows = make() if make is not None else samples
+        except Exception as exc:
+            problems.append(f"{field}: {pipeline.probe}() failed{_where(exc)}: {exc!r}")
+        if not isinstance(rows, dict):
+            problems.append(f"{field}: must return {{input name: batch-first array}}")
+            rows = samples
+        _compare(rows, tuple(t for t in pipeline.inputs if not t.optional or t.name in rows),
+                 field, "the request tensor", problems, "the probe row")  # fmt: skip
+        if problems:
+            rows = samples
+    probe = probe_json(pipeline, rows)
+    if len(probe) > PROBE_LIMIT_BYTES:
+        problems.append(
+            f"{field}: the smallest {'probe' if pipeline.probe else 'sample'} request is "
+            f"{len(probe)} bytes as JSON, over {PROBE_LIMIT_BYTES} for the health probe in the "
+            "config; add [probe] function = 'module:function' returning one small row"
+        )
+    return probe
+
+
 def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = False) -> Checked:
     """Every check of the module docstring, in one pass.
 
@@ -388,12 +419,7 @@ def _run_samples(pipeline, make_samples, pre, post, model, core_inputs, core_out
             "row by row, and the INT8 calibration and the tests use them)"
         )
         return None
-    probe = probe_json(pipeline, samples)
-    if len(probe) > PROBE_LIMIT_BYTES:
-        problems.append(
-            f"samples.function: the smallest sample request is {len(probe)} bytes as JSON, over "
-            f"{PROBE_LIMIT_BYTES} for the health probe in the config; add a smaller sample"
-        )
+    probe = _probe(pipeline, samples, problems)
     if pipeline.preprocess.function is None or pipeline.postprocess.function is None:
         return probe
     try:

@@ -170,6 +170,7 @@ class Pipeline:
     source: Path
     sequence: SequenceSpec | None = None  # [sequence]: a stateful pipeline (stateful.py)
     session: SessionSpec | None = None  # [session]: its step(state, inputs) function
+    probe: str | None = None  # [probe] function: the health probe's row (default: a sample's)
 
     @property
     def stateful(self) -> bool:
@@ -515,6 +516,7 @@ _TOP_KEYS = (
     "tests",
     "sequence",
     "session",
+    "probe",
 )
 
 
@@ -577,9 +579,13 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
         source=source,
         sequence=sequence,
         session=session,
+        probe=_probe_ref(r, data),
     )
     if sequence is not None:
         check_stateful_tables(r, data, sequence, [t.name for t in pipeline.inputs])
+        if pipeline.probe is not None:
+            r.problem("probe", "a stateful pipeline probes with its samples' first event "
+                      "(START and END together); drop [probe]")  # fmt: skip
     if not pipeline.inputs:
         r.problem("input", "no request tensors; add [[input]] tables (name, dtype, dims)")
     if not pipeline.outputs:
@@ -605,6 +611,21 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
     if r.problems:
         raise DescriptionError(source, r.problems)
     return pipeline
+
+
+def _probe_ref(r: _Reader, data: Mapping[str, Any]) -> str | None:
+    """``[probe] function``: a function returning the health probe's one request row."""
+    table = data.get("probe")
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        r.problem("probe", "must be a table with function = 'module:function'")
+        return None
+    r.unknown(table, ("function",), "probe")
+    ref = r.get(table, "function", "probe", str, None)
+    if ref is None or not REF_PATTERN.match(ref):
+        r.problem("probe.function", f"{ref!r} is not 'package.module:function'")
+    return ref
 
 
 def load(path: Path | str) -> Pipeline:

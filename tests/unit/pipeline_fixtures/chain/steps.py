@@ -37,3 +37,9 @@ def samples() -> dict[str, np.ndarray]:
 def probe() -> dict[str, np.ndarray]:
     """The health probe's row: ``X`` FP32 [1, 4] of ones."""
     return {"X": np.ones((1, 4), dtype=np.float32)}
+
+
+def toy_probe() -> dict[str, np.ndarray]:
+    """A probe row for the single-core toy pipeline: ``X`` FP32 [1, 4] of ones, ``TAG``
+    BYTES [1, 1] ``b"probe"``."""
+    return {"X": np.ones((1, 4), dtype=np.float32), "TAG": np.array([[b"probe"]], dtype=object)}

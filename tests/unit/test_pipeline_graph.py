@@ -14,6 +14,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from builders.pipeline.graph import obtain_model
 from builders.pipeline.graph_in_process import GraphInProcess
 from tests.unit.pipeline_fixtures.chain import steps as chain_steps
+from tests.unit.pipeline_fixtures.chain.description import CHAIN_PACKAGE, CHAIN_TOML
 from tests.unit.pipeline_fixtures.toy import model as toy_model
 from tests.unit.pipeline_fixtures.workspace import Workspace
 from tritonrepo.pipelines.description import DescriptionError
@@ -21,59 +22,7 @@ from tritonrepo.pipelines.graph_description import GraphPipeline
 from tritonrepo_client.control.model_calls import declared_calls
 from tritonrepo_client.model_repository.configs import check_ensemble
 
-PKG = "tests.unit.pipeline_fixtures.chain"
-CHAIN_TOML = f"""\
-name = "toy"
-max_batch_size = 8
-
-[[input]]
-name = "X"
-dtype = "FP32"
-dims = [4]
-
-[[output]]
-name = "OUT"
-dtype = "FP32"
-dims = [2]
-
-[models.first]
-build = "{PKG}.models:first"
-
-[models.second]
-build = "{PKG}.models:second"
-
-[models.scale]
-build = "{PKG}.models:scale"
-
-[[step]]
-function = "{PKG}.steps:prepare"
-inputs = ["X"]
-outputs = [{{ name = "features", dtype = "FP32", dims = [4] }}]
-
-[[step]]
-core = "first"
-
-[[step]]
-function = "{PKG}.steps:relu"
-inputs = ["scores"]
-outputs = [{{ name = "x", dtype = "FP32", dims = [2] }}]
-
-[[step]]
-core = "second"
-outputs = {{ scores = "doubled" }}
-
-[[step]]
-function = "{PKG}.steps:finish"
-inputs = ["doubled"]
-calls = ["scale"]
-outputs = [{{ name = "OUT", dtype = "FP32", dims = [2] }}]
-
-[samples]
-function = "{PKG}.steps:samples"
-
-[probe]
-function = "{PKG}.steps:probe"
-"""
+PKG = CHAIN_PACKAGE
 MODELS = ("toy_prepare", "toy_first", "toy_relu", "toy_second", "toy_finish", "toy_scale")
 
 

@@ -24,9 +24,17 @@ def relu(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {"x": np.maximum(inputs["scores"], 0).astype(np.float32)}
 
 
+BAD_CALL_ABOVE = 1000.0  # a ``doubled`` value above it is sent to ``scale`` as INT64: refused
+
+
 def finish(inputs: dict[str, np.ndarray], models: Any) -> dict[str, np.ndarray]:
-    """``doubled`` FP32 [b, 2] -> ``OUT`` FP32 [b, 2] = ``models["scale"]`` on it."""
-    return {"OUT": models["scale"]({"v": inputs["doubled"]})["w"]}
+    """``doubled`` FP32 [b, 2] -> ``OUT`` FP32 [b, 2] = ``models["scale"]`` on it; a batch
+    with a value above :data:`BAD_CALL_ABOVE` makes a call the model refuses (the tests of a
+    failed call)."""
+    doubled = np.asarray(inputs["doubled"])
+    if (doubled > BAD_CALL_ABOVE).any():
+        return {"OUT": models["scale"]({"v": doubled.astype(np.int64)})["w"]}
+    return {"OUT": models["scale"]({"v": doubled})["w"]}
 
 
 def samples() -> dict[str, np.ndarray]:

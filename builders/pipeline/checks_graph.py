@@ -69,7 +69,7 @@ def _wiring(pipeline: GraphPipeline, core_in: Mapping, core_out: Mapping, proble
             known = ", ".join(available)
             problems.append(
                 f"{field}: '{name}' is neither a request tensor nor an output of an "
-                f"earlier step (steps run in the listed order); known: {known}"
+                f"earlier step (a step takes what the steps listed before it make); known: {known}"
             )
             return None
         got, _ = available[name]

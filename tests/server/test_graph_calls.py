@@ -1,6 +1,7 @@
 """A description of several models served from a throw-away repository: the chain fixture
 (``tests/unit/pipeline_fixtures/chain``: prepare -> first -> relu -> second -> finish, which
-calls ``scale`` through its ``models`` argument) generated, built and served alone. The
+calls ``scale`` through its ``models`` argument; and ``total`` beside them, on the request too)
+generated, built and served alone. The
 launcher loads the called model with the pipeline; the answers equal numpy's; a request whose
 call the model refuses gets that error (naming the called model) while the requests sent with
 it are served, and the server stays up.
@@ -17,13 +18,26 @@ import pytest
 from builders.pipeline import generate
 from builders.pipeline.build import build
 from tests.conftest import server_options
-from tests.unit.pipeline_fixtures.chain.description import CHAIN_TOML
+from tests.unit.pipeline_fixtures.chain.description import CHAIN_PACKAGE, CHAIN_TOML
 from tests.unit.pipeline_fixtures.toy import model as toy_model
 from tritonrepo.pipelines.description import load
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo_client import ClientError, PipelineClient, RepositoryClient
 
 pytestmark = pytest.mark.server
+
+# A step beside the chain: it takes the request too, and makes a second response tensor.
+BESIDE = f"""
+[[output]]
+name = "TOTAL"
+dtype = "FP32"
+dims = [1]
+
+[[step]]
+function = "{CHAIN_PACKAGE}.steps:total"
+inputs = ["X"]
+outputs = [{{ name = "TOTAL", dtype = "FP32", dims = [1] }}]
+"""
 
 
 def numpy_reference(x: np.ndarray) -> np.ndarray:
@@ -36,7 +50,7 @@ def server(tmp_path_factory) -> Iterator[TritonServer]:
     root = tmp_path_factory.mktemp("graph")
     description = root / "pipelines" / "toy" / "pipeline.toml"
     description.parent.mkdir(parents=True)
-    description.write_text(CHAIN_TOML)
+    description.write_text(CHAIN_TOML + BESIDE)
     repository = root / "model_repository"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(generate, "REPO_ROOT", root)
@@ -52,7 +66,7 @@ def test_the_called_model_is_loaded_with_the_pipeline(server: TritonServer):
     key = server.options.repository_key
     with RepositoryClient(server.options.http_url, "http", key=key) as repo:
         ready = {r.name for r in repo.index(30) if r.state == "READY"}
-    assert {"toy", "toy_first", "toy_second", "toy_scale", "toy_finish"} <= ready, ready
+    assert {"toy", "toy_first", "toy_second", "toy_scale", "toy_finish", "toy_total"} <= ready
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -60,8 +74,9 @@ def test_the_chain_answers_like_numpy(server: TritonServer, protocol: str):
     x = ((np.arange(32, dtype=np.float32) - 16) / np.float32(10)).reshape(8, 4)
     url = server.options.grpc_url if protocol == "grpc" else server.options.http_url
     with PipelineClient("toy", url, protocol) as client:
-        got = client.infer({"X": x})["OUT"]
-    np.testing.assert_allclose(got, numpy_reference(x), rtol=1e-6, atol=1e-5)
+        got = client.infer({"X": x})
+    np.testing.assert_allclose(got["OUT"], numpy_reference(x), rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(got["TOTAL"], x.astype(np.float64).sum(1, keepdims=True), atol=1e-6)
 
 
 def test_a_refused_call_fails_its_own_request_and_the_others_are_served(server: TritonServer):

@@ -2,8 +2,9 @@
 
 A description with either of those reads into :class:`GraphPipeline` instead of the
 single-core :class:`~tritonrepo.pipelines.description.Pipeline` (a file with ``[preprocess]``,
-``[model]`` and ``[postprocess]`` keeps that shape). The steps run in the listed order, as one
-ensemble; each takes tensors by name (the request's, or an earlier step's outputs)::
+``[model]`` and ``[postprocess]`` keeps that shape). The steps become one ensemble; each
+takes tensors by name, the request's or those of steps listed before it (Triton starts a step
+when its tensors are there, so independent steps run at the same time)::
 
     [models.detector]                  # any field of a [model] table; model = "<name>_detector"
     build = "pipelines.ocr.models:detector"

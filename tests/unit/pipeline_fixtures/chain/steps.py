@@ -19,6 +19,11 @@ def prepare(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {"features": x}
 
 
+def total(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``X`` FP32 [b, 4] -> ``TOTAL`` FP32 [b, 1], the row sums (a step beside the chain)."""
+    return {"TOTAL": np.asarray(inputs["X"], dtype=np.float32).sum(axis=1, keepdims=True)}
+
+
 def relu(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """``scores`` FP32 [b, 2] -> ``x`` FP32 [b, 2] = max(scores, 0)."""
     return {"x": np.maximum(inputs["scores"], 0).astype(np.float32)}

@@ -26,17 +26,6 @@ CTR_ARTIFACTS := \
 	model_repository/ctr_model/2/build_metadata.json \
 	build/ctr/model.pt
 
-# Artifacts of image_classification (EfficientNet-Lite0 FP32 + INT8, ResNet-50, labels; ~1 min).
-IMAGE_ARTIFACTS := \
-	model_repository/image_classifier/1/model.onnx \
-	model_repository/image_classifier/1/build_metadata.json \
-	model_repository/image_classifier/2/model.onnx \
-	model_repository/image_classifier/2/build_metadata.json \
-	model_repository/image_classifier_resnet50/1/model.onnx \
-	model_repository/image_classifier_resnet50/1/build_metadata.json \
-	model_repository/image_postprocess/1/labels.txt \
-	build/tensorrt/image_pixels.npz
-
 # What the TensorRT plans are built from besides those (make build-plans reads them from the
 # mounted checkout): the ctr_session step graph and the real texts of calibration and gate.
 PLAN_SOURCES := model_repository/ctr_session/1/model.onnx build/tensorrt/real_texts.json
@@ -61,7 +50,7 @@ help:
 	@echo "make bench     the ensembles vs in-process and FastAPI baselines (~25 min; build/bench/)"
 	@echo "make bench-quick  the same harness, a few seconds per system (what CI runs)"
 	@echo "make bench-priority  real-time requests under a bulk flood, with and without priority"
-	@echo "make bench-pipelines  described pipelines: lines written, time to first answer, served vs in-process (~3 min)"
+	@echo "make bench-pipelines  described pipelines: lines written, time to first answer, served vs in-process and FastAPI (~8 min)"
 	@echo "make fallback-cpu  switch a running server to the CPU configs, no downtime (URL=...)"
 	@echo "make fallback-gpu  ... and back to GPU_CONFIGS (default: config.pbtxt, TensorRT)"
 	@echo "make soak      one server, mixed traffic for SOAK_MINUTES (10); leak checks (build/soak/)"
@@ -92,10 +81,13 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --editable .
 	touch $@
 
-artifacts: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(IMAGE_ARTIFACTS) $(PLAN_SOURCES) pipeline-artifacts
+artifacts: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(PLAN_SOURCES) pipeline-artifacts
 
 # The core models of the described pipelines (pipelines/*/pipeline.toml, builders/pipeline/build.py):
-# each is rebuilt only when its description or code changed (a digest in its build_metadata.json).
+# each is rebuilt only when its description or code changed (a digest in its build_metadata.json),
+# or, for a `builder` module (image_classification's builders.onnx_export.image: EfficientNet-Lite0
+# FP32 + INT8, ResNet-50, labels, ~1 min), when the module or what it imports changed or a file it
+# makes is missing (a stamp in build/pipeline-builds/, builders/pipeline/module_build.py).
 pipeline-artifacts: $(STAMP)
 	$(PY) -m builders.pipeline.build
 
@@ -114,11 +106,6 @@ $(CTR_ARTIFACTS) &: $(STAMP) builders/onnx_export/ctr.py builders/onnx_export/ct
 		builders/onnx_export/quantization.py \
 		reference_data/click_log.py tritonrepo/ctr/features.py
 	$(PY) -m builders.onnx_export.ctr
-
-$(IMAGE_ARTIFACTS) &: $(STAMP) builders/onnx_export/image.py builders/onnx_export/quantization.py tritonrepo/image/spec.py \
-		tritonrepo/image/preprocess.py reference_data/image_reference.py reference_data/photos.py \
-		tritonrepo/image/labels.py tritonrepo/image/normalise.py builders/tensorrt/image_plan_data.py
-	$(PY) -m builders.onnx_export.image
 
 model_repository/ctr_session/1/model.onnx: $(CTR_ARTIFACTS) builders/onnx_export/ctr_session.py
 	$(PY) -m builders.onnx_export.ctr_session
@@ -221,7 +208,7 @@ bench-quick: artifacts perf-deps guard-deps
 	$(PY) -m benchmarks --quick $(BENCH_ARGS)
 
 # Described pipelines (pipelines/*/pipeline.toml): lines written, description to first served
-# answer, served vs in-process (~3 min; build/bench/pipelines/).
+# answer, served (HTTP guard) vs in-process and vs FastAPI + gunicorn (~8 min; build/bench/pipelines/).
 bench-pipelines: artifacts
 	$(PY) -m benchmarks.pipelines $(BENCH_ARGS)
 
@@ -237,16 +224,15 @@ int8-study: artifacts
 # GPU host without NVIDIA's container: the torch_gpu config set (--model-config-name=torch_gpu).
 # The programs are tied to this host's PyTorch, like TensorRT plans to theirs, so they are built
 # here, not shipped (builders/torch_programs/export.py).
-TORCH_GPU_ARTIFACTS := \
-	model_repository/text_embedding_encoder/1/model.pt2 \
-	model_repository/ctr_model/1/model.pt2 \
-	model_repository/image_classifier/1/model.pt2 \
-	model_repository/image_classifier_resnet50/1/model.pt2
+# The programs: version 1 of every model whose configs/torch_gpu.pbtxt runs the torch_python
+# backend (the models builders/torch_programs/export.py exports, read from the same configs).
+TORCH_GPU_ARTIFACTS := $(patsubst %/configs/torch_gpu.pbtxt,%/1/model.pt2,\
+	$(shell grep -l '^backend: *"torch_python"' model_repository/*/configs/torch_gpu.pbtxt))
 
 artifacts-gpu: $(TORCH_GPU_ARTIFACTS)
 
-$(TORCH_GPU_ARTIFACTS) &: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(IMAGE_ARTIFACTS) \
-		builders/torch_programs/export.py builders/torch_programs/image_export.py
+$(TORCH_GPU_ARTIFACTS) &: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(wildcard build/pipeline-builds/*.json) \
+		builders/torch_programs/export.py builders/torch_programs/image_export.py | pipeline-artifacts
 	$(PY) -m builders.torch_programs.export
 
 # Parts for an offline GPU host without registry access (scripts/offline_gpu_host/pack.sh,
@@ -283,4 +269,5 @@ lint: setup
 	$(PY) -m ruff format --check .
 
 clean:
-	rm -rf build $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(IMAGE_ARTIFACTS) $(TORCH_GPU_ARTIFACTS) $(PLAN_SOURCES)
+	test ! -x $(PY) || rm -f $$($(PY) -m builders.pipeline.build --list-built)
+	rm -rf build $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(TORCH_GPU_ARTIFACTS) $(PLAN_SOURCES)

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
@@ -188,6 +188,8 @@ class NaiveServer:
             one thread per core in every worker, as a server set up from FastAPI's docs runs).
         device: PyTorch device of the ``ctr`` model in each worker (``"cpu"``, ``"cuda"``,
             ``"cuda:1"``); the other models run on the CPU.
+        app: the ASGI app gunicorn loads (default: this module's).
+        env: more environment variables of the service.
     """
 
     def __init__(
@@ -199,8 +201,11 @@ class NaiveServer:
         startup_timeout_s: float = 180,
         torch_threads: int | None = None,
         device: str = "cpu",
+        app: str = "benchmarks.naive_server:app",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.model, self.port, self.workers = model, port, workers
+        self.app, self.env = app, dict(env or {})
         self.device = device
         self.log_file, self.startup_timeout_s = log_file, startup_timeout_s
         self.torch_threads = torch_threads
@@ -217,6 +222,7 @@ class NaiveServer:
         )
         if self.torch_threads:
             env[THREADS_ENV] = str(self.torch_threads)
+        env.update(self.env)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "wb") as log:
             self.process = subprocess.Popen(
@@ -224,7 +230,7 @@ class NaiveServer:
                     sys.executable,
                     "-m",
                     "gunicorn",
-                    "benchmarks.naive_server:app",
+                    self.app,
                     "--worker-class",
                     "uvicorn_worker.UvicornWorker",
                     "--bind",

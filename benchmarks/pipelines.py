@@ -3,9 +3,9 @@
 Usage: ``python -m benchmarks.pipelines [--pipeline NAME ...] [--seconds S]
 [--out build/bench/pipelines]``
 
-For each described pipeline (``pipelines/<name>/pipeline.toml``; default: every one with a
-built core, i.e. ``breast_cancer`` and ``nudenet_detector``) one run measures, on the same
-sample rows (the description's own ``samples()``):
+For each described pipeline (``pipelines/<name>/pipeline.toml``; default: every stateless one
+with a built core, i.e. ``breast_cancer``, ``nudenet_detector`` and ``click_lightgbm``) one run
+measures, on the same sample rows (the description's own ``samples()``):
 
 1. **Lines the user wrote:** non-blank, non-comment lines of ``pipeline.toml`` and of the
    folder's ``.py`` files except ``check_*.py`` and ``__init__.py``; docstring lines are counted
@@ -20,13 +20,19 @@ sample rows (the description's own ``samples()``):
    of a new HTTP client. The subprocess phases include the interpreter's start, as a user
    running them pays it.
 3. **Served vs in-process**, one item per request: the served pipeline (that fresh server, CPU
-   configs, HTTP ``PipelineClient``, one client per worker thread) and the same pipeline in this
+   configs, HTTP through the HTTP guard as the launcher serves by default, ``PipelineClient``,
+   one client per worker thread) and the same pipeline in this
    process (the description's preprocess → one shared ONNX Runtime session on the checkout's
    built ``model.onnx`` → postprocess, as ``tests.pipeline_suite.in_process`` does) at
    concurrency 1 and 16 (threads, closed loop: ``benchmarks.loadgen``), plus in-process with
    the best batch of a short sweep as the reference ceiling. Outputs are checked before timing
    (served = in-process = the test suite's ``in_process`` on every sample row). The server is
    stopped before the in-process rows run, so they do not share the two cores.
+4. **Served vs FastAPI**: the same pipeline as the FastAPI service a user would write (one
+   route, JSON body, gunicorn with 1, 2 and one-per-core uvicorn workers, each layout alone;
+   :mod:`benchmarks.pipelines_vs_fastapi`), answers checked on every sample row, at the same
+   concurrency levels; the report states served c=16 throughput and c=1 p50 against the best
+   layout.
 
 Writes ``report.md`` (the tables) and ``results.json`` into ``--out``. Ratios are served over
 in-process from this run.
@@ -60,7 +66,7 @@ from builders.pipeline.in_process import InProcess
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo.pipelines.description import Pipeline, import_ref, load
 
-DEFAULT_PIPELINES = ("breast_cancer", "nudenet_detector")
+DEFAULT_PIPELINES = ("breast_cancer", "nudenet_detector", "click_lightgbm")
 CONCURRENCY = (1, 16)
 BATCHES = (1, 4, 8, 16, 32)  # in-process batch sweep (capped at the description's max batch)
 WARMUP_S = 1.0
@@ -435,6 +441,7 @@ def measure_pipeline(name: str, seconds: float, out: Path, say: Callable[[str], 
             raise SystemExit(f"{name}: the build wrote no model.onnx into {repository}")
         say(f"{name}: server start")
         options = server_options(out / f"{name}.tritonserver.log", repository, (name,))
+        options.http_guard = True  # as the launcher serves by default
         server = TritonServer(options)
         started = time.perf_counter()
         server.start()
@@ -462,12 +469,16 @@ def measure_pipeline(name: str, seconds: float, out: Path, say: Callable[[str], 
                     m = loadgen.run_closed_loop(
                         client_caller(name, options.http_url), requests, level, seconds, WARMUP_S
                     )
-                result.rows.append(Row.of("served (HTTP, PipelineClient)", m, load_))
+                result.rows.append(Row.of("served (HTTP guard, PipelineClient)", m, load_))
         finally:
             server.stop()
     phases["total"] = sum(phases.values())
     phases_load.__exit__()
     result.phases_foreign_cpu = phases_load.share
+    from benchmarks.pipelines_vs_fastapi import measure_fastapi
+
+    result.rows += measure_fastapi(pipeline, requests, want, seconds, out, say)
+    result.checks += "; every FastAPI layout = in-process on every sample row"
 
     local.timing = True
     for _ in range(3):
@@ -556,12 +567,16 @@ def report(results: list[Result], facts: dict[str, str], seconds: float, started
         "## Served vs in-process, one item per request",
         "",
         "Closed loop over the description's sample rows (`samples()`), one row per request; "
-        "served: HTTP `PipelineClient`, one per worker thread, the fresh server above; "
+        "served: HTTP through the HTTP guard, `PipelineClient`, one per worker thread, the "
+        "fresh server above; "
         "in-process: the same functions and one ONNX Runtime session shared by the threads "
         "(the served core's settings: one intra-op thread per core, no spinning), server "
         "stopped. Other jobs' CPU: the share of the cores that processes outside this "
         "benchmark used during the measurement (a shared machine). Ratio: served / in-process "
         "at the same concurrency; for the best-batch row, served c=16 / it.",
+        "",
+        "FastAPI rows: the same functions behind one FastAPI route (JSON body), one ONNX Runtime "
+        "session per worker, gunicorn with uvicorn workers, each layout alone on the machine.",
         "",
         "| pipeline | system | concurrency | items/s | p50 ms | p99 ms | ratio | other jobs' CPU |",
         "|---|---|---|---|---|---|---|---|",
@@ -584,6 +599,9 @@ def report(results: list[Result], facts: dict[str, str], seconds: float, started
                 f"{x.items_per_s:.1f} | {x.p50_ms:.2f} | {x.p99_ms:.2f} | {ratio} | "
                 f"{x.foreign_cpu:.0%} |"
             )
+    from benchmarks.pipelines_vs_fastapi import comparison, comparison_section
+
+    lines += comparison_section([e for r in results for e in comparison(r.pipeline, r.rows)])
     lines += [
         "",
         "In-process, where one item's time goes (batch 1, mean ms) and the batch sweep:",
@@ -628,6 +646,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with lock:
             print(f"[{time.monotonic() - clock:6.1f} s] {what}", file=sys.stderr, flush=True)
 
+    from benchmarks.pipelines_vs_fastapi import comparison
+
     results = []
     try:
         for name in args.pipeline or DEFAULT_PIPELINES:
@@ -643,6 +663,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "seconds": args.seconds,
                 "machine": facts,
                 "results": [asdict(r) for r in results],
+                "served_vs_fastapi": [e for r in results for e in comparison(r.pipeline, r.rows)],
             },
             indent=1,
         )

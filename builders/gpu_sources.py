@@ -29,7 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
-from tritonrepo.server.artifact_checks import MAKE_ARTIFACTS, MAKE_ARTIFACTS_GPU, TRACKED
+from tritonrepo.server.artifact_checks import (
+    MAKE_ARTIFACTS,
+    MAKE_ARTIFACTS_GPU,
+    MAKE_BUILD_PLANS,
+    TRACKED,
+)
 from tritonrepo.server.preflight import required_artifacts
 
 CONFIG_SET = "torch_gpu"
@@ -97,23 +102,42 @@ class PackList:
             bucket.append(item)
 
 
+def default_pack_models(
+    repository: Path = MODEL_REPOSITORY, config_name: str = CONFIG_SET
+) -> tuple[str, ...]:
+    """The launcher's default models (:func:`tritonrepo.server.options.default_models`) that
+    ``config_name`` serves without TensorRT: those none of whose required files is a TensorRT
+    plan (a pipeline whose core is a plan in ``config.pbtxt`` and that has no config of this
+    set is left to hosts with NVIDIA's container)."""
+    from tritonrepo.server.options import default_models
+
+    return tuple(
+        model
+        for model in default_models(repository)
+        if all(
+            a.build != MAKE_BUILD_PLANS
+            for a in required_artifacts(repository, [model], config_name)
+        )
+    )
+
+
 def pack_list(
     repository: Path = MODEL_REPOSITORY,
     models: Sequence[str] | None = None,
     config_name: str = CONFIG_SET,
 ) -> PackList:
-    """Sort every file the preflight requires for ``models`` (default: the launcher's
-    ``DEFAULT_MODELS``) under ``config_name`` (see the module docstring).
+    """Sort every file the preflight requires for ``models`` (default:
+    :func:`default_pack_models`) under ``config_name`` (see the module docstring).
 
     Raises:
         PackError: a required TensorRT plan, or a GPU-host program without :data:`GPU_SOURCES`.
         ValueError: ``repository`` is outside the repository root.
     """
-    from tritonrepo_client.models import DEFAULT_MODELS
-
     pack = PackList()
     root_relative = PurePosixPath(repository.resolve().relative_to(REPO_ROOT).as_posix())
-    for artifact in required_artifacts(repository, models or DEFAULT_MODELS, config_name):
+    for artifact in required_artifacts(
+        repository, models or default_pack_models(repository, config_name), config_name
+    ):
         path = str(root_relative / artifact.path)
         if artifact.build == TRACKED:
             pack.add(pack.tracked, path)
@@ -165,7 +189,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", choices=["list", "stage", "builders"])
     parser.add_argument("dest", nargs="?", type=Path, help="stage: the staging folder")
     parser.add_argument("--repository", type=Path, default=MODEL_REPOSITORY)
-    parser.add_argument("--model", dest="models", action="append", help="default: DEFAULT_MODELS")
+    parser.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        help="default: the launcher's default models that need no plan",
+    )
     parser.add_argument("--model-config-name", default=CONFIG_SET)
     args = parser.parse_args(argv)
     try:

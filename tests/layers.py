@@ -25,6 +25,10 @@ LAYERS = {
     "tritonrepo.ctr": "stub: models",
     "tritonrepo.image": "stub: models",
     "tritonrepo.pipelines": "stub: models",
+    "tritonrepo.pipelines.description": "description",
+    "tritonrepo.pipelines.stateful": "description",
+    "tritonrepo.pipelines.core_state": "description",
+    "tritonrepo.pipelines.graph_description": "description",
     "backends": "stub: backends",
     "model_repository": "stub: model.py",
     "tritonrepo.paths": "shared: paths",
@@ -38,6 +42,10 @@ LAYERS = {
     "builders": "builders",
     "reference_data": "reference data",
     "benchmarks": "benchmarks",
+    "pipelines": "pipelines",
+    "tests": "tests",
+    "tests.conftest": "tests: harness",
+    "tests.pipeline_suite": "tests: harness",
 }
 STUB = {"stub: step", "stub: runners", "stub: models", "stub: backends", "stub: model.py"}
 CLIENT = {
@@ -61,12 +69,54 @@ ALLOWED = {
     "client: control": {REPOSITORY, "client: data plane"},
     "client: cli": {REPOSITORY, "client: data plane", "client: control"},
     "client: package": {REPOSITORY, "client: data plane", "client: control", "client: cli"},
-    "server": {"shared: paths", "stub: models", "stub: step", "stub: runners", *CLIENT},
-    "builders": {"shared: paths", "reference data", "server", *STUB, *CLIENT},
+    "server": {
+        "shared: paths",
+        "stub: models",
+        "stub: step",
+        "stub: runners",
+        "description",
+        *CLIENT,
+    },
+    "builders": {
+        "shared: paths",
+        "reference data",
+        "server",
+        "description",
+        "pipelines",
+        *STUB,
+        *CLIENT,
+    },
     "reference data": {"shared: paths", "stub: models"},
-    "benchmarks": {"shared: paths", "server", "reference data", "builders", *STUB, *CLIENT},
+    # A benchmark of a described pipeline starts its server and checks its answers with the
+    # generated tests' harness (tests/conftest.py's server options, tests/pipeline_suite.py's
+    # parity), so it measures what the tests check; no other test module.
+    "benchmarks": {
+        "shared: paths",
+        "server",
+        "reference data",
+        "builders",
+        "description",
+        "pipelines",
+        "tests: harness",
+        *STUB,
+        *CLIENT,
+    },
+    # The reader of pipelines/<name>/pipeline.toml: generator-side (the builders, the server and
+    # the tests read descriptions; no step does), so it may read the repository's tables (data
+    # types, config sets) from the client's bottom layer.
+    "description": {"stub: models", "shared: paths", REPOSITORY},
+    # pipelines/<name>/: a pipeline's own code. Its steps run in the Triton stub, so it may
+    # import what a step may (the step base classes and helpers, this repository's model
+    # logic); its samples and model build may read reference data. Not the server, the client
+    # or the builders: they read the pipelines, never the other way round.
+    "pipelines": {"stub: step", "stub: runners", "stub: models", "shared: paths", "reference data"},
+    "tests": set(),
+    "tests: harness": set(),
 }
-FIRST_PARTY = ("tritonrepo", "tritonrepo_client", "builders", "reference_data", "benchmarks")
+FIRST_PARTY = (
+    "tritonrepo", "tritonrepo_client", "builders", "reference_data", "benchmarks", "pipelines",
+    "tests",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -162,8 +212,10 @@ def imports_in(source: str, package: str = "") -> Iterator[tuple[int, str]]:
 
 
 def source_files() -> Iterator[Path]:
-    """Every first-party Python file whose layer is known (tests excluded)."""
-    for top in ("tritonrepo", "client", "builders", "reference_data", "benchmarks", "backends"):
+    """Every first-party Python file whose layer is known (tests excluded: they may import
+    every layer)."""
+    tops = ("tritonrepo", "client", "builders", "reference_data", "benchmarks", "pipelines")
+    for top in (*tops, "backends"):
         yield from sorted((ROOT / top).rglob("*.py"))
     yield from sorted((ROOT / "model_repository").rglob("model.py"))
 

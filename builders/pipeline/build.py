@@ -4,8 +4,10 @@ Usage::
 
     python -m builders.pipeline.build [NAME ...]    # default: every pipelines/*/pipeline.toml
 
-For each description whose core is an ``onnx`` file or a ``build`` function (a ``builder`` core,
-e.g. image_classification's, is built by its own module):
+A ``builder`` core (e.g. image_classification's ``builders.onnx_export.image``) is built by
+running its module, when its sources changed or a file it makes is missing
+(:mod:`builders.pipeline.module_build`). For each description whose core is an ``onnx`` file or
+a ``build`` function:
 
 1. the model is obtained (:func:`builders.pipeline.graph.obtain_model`) and written to
    ``<core>/<first served version>/model.onnx``;
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -45,6 +48,7 @@ import numpy as np
 
 from builders.metadata import BUILD_METADATA_FILE, write_metadata
 from builders.onnx_export.quantization import quantize_qdq
+from builders.pipeline import module_build
 from builders.pipeline.graph import ModelSourceError, obtain_model
 from builders.pipeline.in_process import InProcess, Replay
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
@@ -166,12 +170,12 @@ def quantize_int8(fp32: Path, out: Path, feeds: Mapping[str, np.ndarray]) -> flo
 
 
 def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, Any] | None:
-    """Build one pipeline's core model (module docstring); None when it is up to date or is
-    built by its own ``builder``.
+    """Build one pipeline's core model (module docstring); None when it is up to date.
 
     Raises:
         ModelSourceError: the model cannot be obtained.
         ParityError: the batch parity check failed (nothing is left under the served name).
+        subprocess.CalledProcessError: a ``builder`` module failed.
     """
     if isinstance(pipeline, GraphPipeline):  # several core models
         from builders.pipeline.build_graph import build_graph
@@ -179,7 +183,7 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
         return build_graph(pipeline, repository)
     core = pipeline.core
     if core.builder is not None:
-        return None
+        return module_build.build(pipeline, repository)
     folder = repository / core.model / str(core.versions[0])
     digest = source_digest(pipeline)
     metadata_path = folder / BUILD_METADATA_FILE
@@ -232,7 +236,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="pipelines to build (default: all)")
     parser.add_argument("--repository", type=Path, default=MODEL_REPOSITORY)
+    parser.add_argument(
+        "--list-built", action="store_true", help="print the files the builds make, one a line"
+    )
     args = parser.parse_args(argv)
+    if args.list_built:
+        described = [load(path) for path in discover(PIPELINES)]
+        for path in module_build.built_files(described, args.repository):
+            print(path.relative_to(REPO_ROOT).as_posix())
+        return 0
     refused = stub_numpy.refusal("nothing built")
     if refused:
         print(f"error: {refused}", file=sys.stderr)
@@ -245,12 +257,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             pipeline = load(path)
             record = build(pipeline, args.repository)
-        except (DescriptionError, ModelSourceError, ParityError) as exc:
+        except (
+            DescriptionError, ModelSourceError, ParityError, subprocess.CalledProcessError,
+        ) as exc:  # fmt: skip
             print(f"error: {path.parent.name}: {exc}", file=sys.stderr)
             failed += 1
             continue
         if record is None:
             print(f"{pipeline.name}: up to date")
+        elif pipeline.core.builder is not None:
+            print(f"{pipeline.name}: {pipeline.core.builder} ran in {record['seconds']} s")
         else:
             built = record.get("models") or pipeline.core.model
             print(f"{pipeline.name}: {built} built in {record['seconds']} s, "

@@ -17,12 +17,13 @@ import re
 import sys
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from builders.pipeline import declared
 from builders.pipeline.graph import GraphIO, ModelSourceError, graph_io, obtain_model
 from builders.pipeline.in_process import InProcess
 from builders.pipeline.render import CoreTensor
@@ -36,10 +37,7 @@ from tritonrepo.pipelines.description import (
 )
 
 MIN_SAMPLE_ROWS = 8  # batch parity needs a batch; INT8 calibration and the tests use them too
-# The health probe's JSON in the ensemble config, at most: the self-healing supervisor sends it
-# to every served model every heal interval (10 s) and every health check parses the config, so
-# a big request there costs all the time; a description with big samples gives a [probe] row.
-PROBE_LIMIT_BYTES = 64 * 1024
+PROBE_LIMIT_BYTES = 64 * 1024  # the health probe's JSON in the ensemble config, at most
 
 
 @dataclass(frozen=True)
@@ -265,6 +263,8 @@ def probe_json(pipeline: Pipeline, samples: Mapping[str, np.ndarray]) -> str:
         if t.name not in samples:
             continue
         value = np.asarray(samples[t.name][row : row + 1])
+        if pipeline.max_batch_size == 0:  # row = one request, without a batch dim
+            value = value[0]
         if t.dtype == "BYTES":
             data: list[Any] = []
             for item in value.ravel():
@@ -284,34 +284,6 @@ def probe_json(pipeline: Pipeline, samples: Mapping[str, np.ndarray]) -> str:
     return json.dumps({"inputs": inputs, "outputs": outputs}, separators=(",", ":"))
 
 
-def _probe(pipeline: Pipeline, samples: Mapping[str, np.ndarray], problems: list[str]) -> str:
-    """The probe JSON: the ``[probe]`` function's row when the description has one, else the
-    smallest sample row; a problem when it is over :data:`PROBE_LIMIT_BYTES`."""
-    field, rows = "samples.function", samples
-    if pipeline.probe is not None:
-        field = "probe.function"
-        make = _import(pipeline.probe, field, problems)
-        try:
-            rows = make() if make is not None else samples
-        except Exception as exc:
-            problems.append(f"{field}: {pipeline.probe}() failed{_where(exc)}: {exc!r}")
-        if not isinstance(rows, dict):
-            problems.append(f"{field}: must return {{input name: batch-first array}}")
-            rows = samples
-        _compare(rows, tuple(t for t in pipeline.inputs if not t.optional or t.name in rows),
-                 field, "the request tensor", problems, "the probe row")  # fmt: skip
-        if problems:
-            rows = samples
-    probe = probe_json(pipeline, rows)
-    if len(probe) > PROBE_LIMIT_BYTES:
-        problems.append(
-            f"{field}: the smallest {'probe' if pipeline.probe else 'sample'} request is "
-            f"{len(probe)} bytes as JSON, over {PROBE_LIMIT_BYTES} for the health probe in the "
-            "config; add [probe] function = 'module:function' returning one small row"
-        )
-    return probe
-
-
 def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = False) -> Checked:
     """Every check of the module docstring, in one pass.
 
@@ -324,11 +296,21 @@ def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = F
     Raises:
         DescriptionError: every problem found, nothing written.
     """
+    if pipeline.core_state is not None:
+        from builders.pipeline.checks_core_state import check_core_state
+
+        return check_core_state(pipeline, repository, owned, force)
     if pipeline.stateful:
         from builders.pipeline.checks_stateful import check_stateful
 
-        return check_stateful(pipeline, repository, owned, force)
-    problems: list[str] = []
+        checked = check_stateful(pipeline, repository, owned, force)
+        problems: list[str] = []
+        declared.check_ragged_inputs(pipeline, checked.core_inputs, checked.core_outputs, problems)
+        probe = declared.probe_json(pipeline, problems)
+        if problems:
+            raise DescriptionError(pipeline.source, problems)
+        return checked if probe is None else replace(checked, probe=probe)
+    problems = []
     _check_clashes(pipeline, repository, owned, force, problems)
     _check_calls(pipeline, repository, problems)
     pre = _import(
@@ -349,6 +331,8 @@ def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = F
         probe = _run_samples(
             pipeline, make_samples, pre, post, model, core_inputs, core_outputs, problems
         )
+    declared.check_ragged_inputs(pipeline, core_inputs, core_outputs, problems)
+    probe = declared.probe_json(pipeline, problems) or probe  # a [probe] table wins
     if problems:
         raise DescriptionError(pipeline.source, problems)
     return Checked(core_inputs, core_outputs, probe, model, model is None or tensorrt_parses(model))
@@ -419,7 +403,12 @@ def _run_samples(pipeline, make_samples, pre, post, model, core_inputs, core_out
             "row by row, and the INT8 calibration and the tests use them)"
         )
         return None
-    probe = _probe(pipeline, samples, problems)
+    probe = probe_json(pipeline, samples)
+    if len(probe) > PROBE_LIMIT_BYTES:
+        problems.append(
+            f"samples.function: the smallest sample request is {len(probe)} bytes as JSON, over "
+            f"{PROBE_LIMIT_BYTES} for the health probe in the config; add a smaller sample"
+        )
     if pipeline.preprocess.function is None or pipeline.postprocess.function is None:
         return probe
     try:

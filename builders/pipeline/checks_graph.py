@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from builders.pipeline import checks
+from builders.pipeline import checks, declared
 from builders.pipeline.graph import ModelSourceError, graph_io, obtain_model
 from builders.pipeline.graph_in_process import GraphInProcess
 from builders.pipeline.render import CoreTensor
@@ -211,45 +211,40 @@ def _run_chain(
 
 
 def _samples(pipeline: GraphPipeline, problems: list[str]) -> tuple[dict | None, str | None]:
+    """The samples (checked against the request tensors) and the probe JSON: the ``[probe]``
+    table when the description has one (:func:`builders.pipeline.declared.probe_json`), else the
+    smallest sample row."""
+    declared_probe = declared.probe_json(pipeline, problems)  # type: ignore[arg-type]
     make = checks._import(pipeline.samples, "samples.function", problems)
-    make_probe = checks._import(pipeline.probe, "probe.function", problems)
     if make is None:
-        return None, None
+        return None, declared_probe
     try:
         samples = make()
-        probe_rows = make_probe() if make_probe is not None else samples
     except Exception as exc:
-        problems.append(f"samples: failed{checks._where(exc)}: {exc!r}")
+        problems.append(f"samples.function: failed{checks._where(exc)}: {exc!r}")
         return None, None
-    for field, rows, least in (
-        ("samples", samples, checks.MIN_SAMPLE_ROWS),
-        ("probe", probe_rows, 1),
-    ):
-        if not isinstance(rows, dict):
-            problems.append(f"{field}.function: must return {{input name: batch-first array}}")
-            return None, None
-        checks._compare(
-            rows,
-            pipeline.inputs,
-            f"{field}.function",
-            "the request tensor",
-            problems,
-            f"the {field}",
+    if not isinstance(samples, dict):
+        problems.append("samples.function: must return {input name: batch-first array}")
+        return None, None
+    checks._compare(
+        samples, pipeline.inputs, "samples.function", "the request tensor", problems, "the samples"
+    )
+    counts = {len(np.asarray(v)) for v in samples.values()}
+    if len(counts) != 1 or min(counts) < checks.MIN_SAMPLE_ROWS:
+        problems.append(
+            f"samples.function: returns {sorted(counts)} rows; give at least "
+            f"{checks.MIN_SAMPLE_ROWS}, the same number in every tensor"
         )
-        counts = {len(np.asarray(v)) for v in rows.values()}
-        if len(counts) != 1 or min(counts) < least:
-            problems.append(
-                f"{field}.function: returns {sorted(counts)} rows; give at least "
-                f"{least}, the same number in every tensor"
-            )
     if problems:
         return None, None
-    probe = checks.probe_json(pipeline, probe_rows)  # type: ignore[arg-type]
+    if declared_probe is not None:
+        return samples, declared_probe
+    probe = checks.probe_json(pipeline, samples)  # type: ignore[arg-type]
     if len(probe) > checks.PROBE_LIMIT_BYTES:
         problems.append(
-            f"probe: the smallest {'probe' if make_probe else 'sample'} request is {len(probe)} "
-            f"bytes as JSON, over {checks.PROBE_LIMIT_BYTES} for the health probe in the "
-            "config; add [probe] function = 'module:function' returning one small row"
+            f"samples.function: the smallest sample request is {len(probe)} bytes as JSON, over "
+            f"{checks.PROBE_LIMIT_BYTES} for the health probe in the config; declare a smaller "
+            "one in a [probe] table"
         )
     return samples, probe
 

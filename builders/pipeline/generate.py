@@ -67,8 +67,8 @@ def _digest(text: str) -> str:
 def render_files(pipeline: Pipeline, checked: Checked, repository: Path) -> dict[Path, str]:
     """Every file of the pipeline: absolute path → text."""
     pre, core, post = pipeline.preprocess, pipeline.core, pipeline.postprocess
-    core_in = [c.as_tensor() for c in checked.core_inputs]
-    core_out = [c.as_tensor() for c in checked.core_outputs]
+    core_in = render.step_view(pipeline, checked.core_inputs)
+    core_out = render.step_view(pipeline, checked.core_outputs)
     pre_out = [*core_in, *pre.outputs]
     post_in = [*core_out, *pre.outputs]
     out_by_name = {t.name: t for t in pipeline.outputs}
@@ -81,6 +81,10 @@ def render_files(pipeline: Pipeline, checked: Checked, repository: Path) -> dict
         (1, pre, pipeline.inputs, pre_out),
         (3, post, post_in, [out_by_name[t.name] for t in pipeline.outputs]),
     )
+    if pipeline.core_state is not None:  # one model: the stateful graph, or the step class
+        from builders.pipeline.render_core_state import core_state_files
+
+        return core_state_files(pipeline, checked, repository)
     if pipeline.session is not None:  # the session model answers; no ensemble, no step models
         folder = repository / pipeline.session.model
         files[folder / "config.pbtxt"] = render.session_config(

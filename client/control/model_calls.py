@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-CALLS_PARAMETER = "tritonrepo_calls"
+from tritonrepo_client.model_repository.roles import CALLS_PARAMETER
 
 # model name -> its config as Triton's JSON (ModelConfig field names), or None when unknown.
 ConfigReader = Callable[[str], Mapping[str, Any] | None]

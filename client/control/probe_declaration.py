@@ -34,8 +34,8 @@ import numpy as np
 from tritonclient.utils import triton_to_np_dtype
 
 from tritonrepo_client.connection import ClientError, TritonConnection
+from tritonrepo_client.model_repository.roles import PROBE_PARAMETER
 
-PROBE_PARAMETER = "tritonrepo_probe"
 DEFAULT_TOLERANCE = 1e-5
 
 

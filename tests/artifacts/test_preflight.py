@@ -69,8 +69,10 @@ def test_cli_reports_missing_plans_for_the_gpu_set_and_exits_1(repo):
         f"error   {spec.ENCODER_MODEL}: 1/model.plan is missing; build it with `make build-plans`"
         in out.stdout
     )
-    # encoder, ctr_model, ctr_session and image_classifier plans
-    assert "preflight: 4 errors" in out.stdout
+    # the default models' plans: encoder, ctr_model, ctr_session, image_classifier and the
+    # generated nudenet_detector's core (breast_cancer's and digit_stream's run ONNX Runtime)
+    assert "error   nudenet_detector_model: 1/model.plan is missing" in out.stdout
+    assert "preflight: 5 errors" in out.stdout
 
 
 def test_plan_for_another_gpu_or_too_small_a_profile_is_refused(repo, monkeypatch):
@@ -195,10 +197,14 @@ def test_config_typo_is_one_line_naming_file_line_and_column(repo, old, new, rea
 @pytest.mark.parametrize("config_name", ["cpu", "torch_gpu"])
 def test_every_listed_artifact_is_one_the_checks_require(repo, config_name):
     """The list the GPU pack is made from (``required_artifacts``, ``--list-artifacts``) and
-    the checks are one: each listed file, removed, is named missing by its model's checks."""
+    the checks are one: each listed file, removed, is named missing by its model's checks; the
+    command's default models are the launcher's (read from the configs)."""
+    from tritonrepo.server.options import default_models
     from tritonrepo_client.models import DEFAULT_MODELS
 
-    listed = preflight.required_artifacts(repo, DEFAULT_MODELS, config_name)
+    models = default_models(repo)
+    assert set(DEFAULT_MODELS) < set(models)
+    listed = preflight.required_artifacts(repo, models, config_name)
     assert {a.role for a in listed} >= {"config", "model", "tokenizer_file", "labels_file"}
     for artifact in listed:
         if artifact.role == "config":

@@ -182,7 +182,7 @@ def test_entrypoint_loads_what_the_health_check_probes() -> None:
     it asks the launcher's own list (python -m tritonrepo.server.load_list)."""
     assert "python -m tritonrepo.server.load_list" in ENTRYPOINT.read_text()
     assert launcher.DEFAULT_MODELS == health.DEFAULT_MODELS
-    assert default_models()[: len(launcher.DEFAULT_MODELS)] == launcher.DEFAULT_MODELS
+    assert set(launcher.DEFAULT_MODELS) <= set(default_models())
 
 
 FAKE_PYTHON = """#!/usr/bin/env bash
@@ -264,11 +264,12 @@ def test_entrypoint_with_plans_starts_the_server(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr
     check, serve = log.splitlines()
     repo = tmp_path / "model_repository"
-    # The launcher's models, then the generated pipelines (ensembles declaring their probe),
-    # found the same way by the entrypoint and by `make serve` (default_models).
+    # The models no other one uses that declare their probe (the generated pipelines) or have a
+    # built-in one (the launcher's), by name, found the same way by the entrypoint and by
+    # `make serve` (default_models).
     served = default_models(repo)
-    assert served[: len(launcher.DEFAULT_MODELS)] == launcher.DEFAULT_MODELS
-    assert {"breast_cancer", "nudenet_detector"} <= set(served[len(launcher.DEFAULT_MODELS) :])
+    assert list(served) == sorted(served)
+    assert {*launcher.DEFAULT_MODELS, "breast_cancer", "nudenet_detector"} <= set(served)
     # ...and what they call through BLS (config.pbtxt's ctr_session, a plan, calls nothing).
     loaded = ServerOptions(model_repository=repo, models=served, model_config_name=None)
     assert check == (

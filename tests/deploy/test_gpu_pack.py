@@ -58,11 +58,15 @@ def builder_models(module: str) -> tuple[str, ...]:
 
 
 def test_every_required_file_reaches_the_gpu_host():
-    required = preflight.required_artifacts(MODEL_REPOSITORY, DEFAULT_MODELS, SET)
-    pack = gpu_sources.pack_list(MODEL_REPOSITORY, DEFAULT_MODELS, SET)
+    """What the pack carries by default: the launcher's default models (read from the configs)
+    that need no TensorRT plan, the shipped ensembles among them."""
+    models = gpu_sources.default_pack_models(MODEL_REPOSITORY, SET)
+    assert set(models) >= set(DEFAULT_MODELS)
+    required = preflight.required_artifacts(MODEL_REPOSITORY, models, SET)
+    pack = gpu_sources.pack_list(MODEL_REPOSITORY, None, SET)
     tracked = git_tracked()
     repo = MODEL_REPOSITORY.relative_to(REPO_ROOT).as_posix()
-    assert {a.model for a in required} >= set(DEFAULT_MODELS)
+    assert {a.model for a in required} >= set(models)
     uncovered = []
     for artifact in required:
         path = f"{repo}/{artifact.path}"

@@ -43,7 +43,8 @@ def ctr_tolerance() -> float:
     return torch_export.GATES[metadata["precision"]].max_ctr_diff
 
 
-CORE_MODELS = ("ctr_ranking", "ctr_session", spec.ENCODER_MODEL, spec.NORMALIZE_MODEL)
+# The models whose requests carry no BYTES tensor (a choice of this test, not the core models).
+NO_BYTES_MODELS = ("ctr_ranking", "ctr_session", spec.ENCODER_MODEL, spec.NORMALIZE_MODEL)
 
 
 def start(name: str, models: tuple[str, ...]):
@@ -64,7 +65,7 @@ def gpu_server():
 def core_server():
     """The torch_gpu set without the text_embedding ensemble and its tokenizer: the models
     whose requests carry no BYTES tensor (see test_encoder_and_normalize_steps_on_the_gpu)."""
-    with start("gpu-core", CORE_MODELS) as server:
+    with start("gpu-core", NO_BYTES_MODELS) as server:
         yield server
 
 

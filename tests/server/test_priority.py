@@ -23,18 +23,13 @@ from benchmarks.priority import REALTIME_TEXT, BulkFlood, flood
 from reference_data.text_corpus import real_texts
 from tests.conftest import client_cli, wait_for
 from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo.server import queue_policy
 from tritonrepo.text import spec
 from tritonrepo_client import ClientError, EmbeddingClient, RepositoryClient
 from tritonrepo_client.model_repository.configs import load_config
 from tritonrepo_client.retry import NO_RETRY
 from tritonrepo_client.scheduling import BULK, REALTIME
 
-CORE_MODELS = (
-    "text_embedding_encoder",
-    "ctr_model",
-    "image_classifier",
-    "image_classifier_resnet50",
-)
 QUEUE_FULL = "Exceeds maximum queue size"
 SAME = 0.999  # min cosine to sentence-transformers (the CPU FP32 encoder reaches ~1 - 1e-6)
 DEADLINE_S = 120.0
@@ -45,7 +40,18 @@ def config_files(model: str) -> list:
     return [folder / "config.pbtxt", *sorted((folder / "configs").glob("*.pbtxt"))]
 
 
-@pytest.mark.parametrize("model", CORE_MODELS)
+def batching_core_models() -> tuple[str, ...]:
+    """The core models (read from the configs: :func:`queue_policy.core_models`) that batch
+    requests in every config set; a stateful one (``sequence_batching``, ``ctr_session``'s
+    plan) has no queue policy in Triton."""
+    return tuple(
+        m
+        for m in queue_policy.core_models()
+        if not any(load_config(p).HasField("sequence_batching") for p in config_files(m))
+    )
+
+
+@pytest.mark.parametrize("model", batching_core_models())
 def test_every_config_set_has_priority_levels_and_rejecting_bounded_queues(model: str) -> None:
     for path in config_files(model):
         batching = load_config(path).dynamic_batching

@@ -179,7 +179,9 @@ def test_a_users_model_is_probed_only_through_the_probe_it_declares(strict_serve
             )
             assert "ok   ready: all 2 served models READY and answering" in out.stdout
             with TritonConnection(strict_server.options.http_url) as conn:
-                assert probed_models(repo, conn, [spec.ENSEMBLE]) == [spec.ENSEMBLE, USER_ENSEMBLE]
+                # The other loaded models that declare a probe: the described ctr pipelines.
+                declaring = [ctr_spec.RANKING_ENSEMBLE, ctr_spec.SESSION_MODEL, USER_ENSEMBLE]
+                assert probed_models(repo, conn, [spec.ENSEMBLE]) == [spec.ENSEMBLE, *declaring]
 
             repo.load(USER_ENSEMBLE, user_ensemble_config(repo, wrong), files)
             out = cli(strict_server, "health", "--model", USER_ENSEMBLE)

@@ -1,6 +1,7 @@
 """The example pipelines' own input checks (``pipelines/breast_cancer``,
-``pipelines/nudenet_detector``), found by attacking the served pipelines: each hostile input is
-refused with a ``ValueError`` (that request's INVALID_ARG error) before it costs memory."""
+``pipelines/nudenet_detector``, ``pipelines/click_lightgbm``), found by attacking the served
+pipelines: each hostile input is refused with a ``ValueError`` (that request's INVALID_ARG
+error) before it costs memory."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import numpy as np
 import pytest
 
 from pipelines.breast_cancer.steps import preprocess as breast_cancer_preprocess
+from pipelines.click_lightgbm.steps import COLUMNS
+from pipelines.click_lightgbm.steps import preprocess as click_preprocess
 from pipelines.nudenet_detector.steps import MAX_BATCH_PIXELS, MAX_SIDE
 from pipelines.nudenet_detector.steps import preprocess as nudenet_preprocess
 
@@ -91,3 +94,18 @@ def test_measurements_out_of_range_are_refused(value):
     x[1, 4] = value
     with pytest.raises(ValueError, match="MEASUREMENTS row 1 column 4"):
         breast_cancer_preprocess({"MEASUREMENTS": x})
+
+
+@pytest.mark.parametrize("column", range(len(COLUMNS)))
+def test_click_features_out_of_range_are_refused_naming_the_column(column):
+    """Each column's range ends are served; just past either end, and NaN, are refused."""
+    low, high = (np.array([c[i] for c in COLUMNS], np.float32) for i in (1, 2))
+    name = COLUMNS[column][0]
+    x = np.stack([low, high])
+    assert click_preprocess({"FEATURES": x})["features"].shape == (2, len(COLUMNS))
+    below, above = np.nextafter(low, np.float32(-np.inf)), np.nextafter(high, np.float32(np.inf))
+    for bad in (below[column], above[column], np.nan):
+        y = x.copy()
+        y[1, column] = bad
+        with pytest.raises(ValueError, match=rf"FEATURES row 1 column {column} \({name}\)"):
+            click_preprocess({"FEATURES": y})

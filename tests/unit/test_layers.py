@@ -112,3 +112,33 @@ def test_relative_and_dunder_imports_are_read_too():
         ]
     )
     assert layers.layer("tritonrepo") not in layers.ALLOWED["client: data plane"]
+
+
+def test_pipelines_benchmarks_and_the_description_reader_have_their_rule():
+    """A pipeline's own code (``pipelines/``) imports what a step may, not the builders, the
+    server or the client; a benchmark imports the tests' harness (``tests.conftest``,
+    ``tests.pipeline_suite``), no other test module; the description reader may read the
+    repository's bottom layer, which stub-side code may not import it for."""
+    cases = {
+        ("pipelines/p/steps.py", "tritonrepo.step.errors"): True,
+        ("pipelines/p/steps.py", "tritonrepo.image.preprocess"): True,
+        ("pipelines/p/samples.py", "reference_data.photos"): True,
+        ("pipelines/p/model.py", "builders.onnx_export.quantization"): False,
+        ("pipelines/p/steps.py", "tritonrepo_client.model_repository.dtypes"): False,
+        ("pipelines/p/steps.py", "tritonrepo.server.launcher"): False,
+        ("benchmarks/b.py", "tests.conftest"): True,
+        ("benchmarks/b.py", "tests.pipeline_suite"): True,
+        ("benchmarks/b.py", "tests.server.test_priority"): False,
+        ("tritonrepo/pipelines/description.py", "tritonrepo_client.model_repository.dtypes"): True,
+        ("tritonrepo/pipelines/function_step.py", "tritonrepo.pipelines.description"): False,
+        ("builders/pipeline/build.py", "pipelines.breast_cancer.model"): True,
+    }
+    found = []
+    for path, module in cases:
+        source = layers.layer(layers.module_of(layers.ROOT / path))
+        found.append(layers.Import(path, 1, module, source, layers.layer(module)))
+    bad = {(i.path, i.module) for i in layers.violations(found)}
+    assert {case: case not in bad for case in cases} == cases
+    assert layers.layer("pipelines.breast_cancer.steps") == "pipelines"
+    assert layers.layer("tritonrepo.pipelines.stateful") == "description"
+    assert layers.layer("tritonrepo.pipelines.session_step") == "stub: models"

@@ -93,7 +93,7 @@ def test_generated_files_chain_as_described(ws: Workspace):
             "torch_gpu.pbtxt",
         }
     probe = ensemble.parameters["tritonrepo_probe"].string_value
-    assert '"data":[1.0,1.0,1.0,1.0]' in probe  # the [probe] row, not a sample row
+    assert '"data":[1.0,1.0,1.0,1.0]' in probe  # the [probe] table, not a sample row
     assert "(GraphSuite)" in (ws.root / "tests/pipelines/test_toy.py").read_text()
     assert ws.run().out.strip().endswith("up to date (21 files)")
 
@@ -164,13 +164,3 @@ def test_an_unknown_call_and_a_missing_input_are_description_errors(ws: Workspac
     text = str(info.value)
     assert "step[4].calls: 'scaler' is not a [models.<key>] key" in text
     assert "step[0].inputs: None: give a non-empty list of tensor names" in text
-
-
-def test_a_probe_row_in_a_single_core_description_is_the_declared_probe(tmp_path, monkeypatch):
-    """``[probe]`` works in the one-core shape too: its row, not the smallest sample row."""
-    ws = Workspace(tmp_path.resolve(), monkeypatch)  # the toy description, one core
-    ws.edit_description("[samples]", f'[probe]\nfunction = "{PKG}.steps:toy_probe"\n\n[samples]')
-    result = ws.run()
-    assert result.rc == 0, result.err
-    probe = parse(ws.repository / "toy/config.pbtxt").parameters["tritonrepo_probe"].string_value
-    assert '"data":[1.0,1.0,1.0,1.0]' in probe and '"data":["probe"]' in probe, probe

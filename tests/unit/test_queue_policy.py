@@ -79,8 +79,18 @@ def mismatches(batching: mc.ModelDynamicBatching, want: QueuePolicy) -> list[str
 
 def test_the_scan_covers_every_batching_model():
     models = {load_config(p).name for p in _batching_configs()}
-    assert set(queue_policy.CORE_MODELS) <= models
+    assert set(queue_policy.core_models()) - {"ctr_session"} <= models
     assert {"text_embedding_tokenize", "image_preprocess", "ctr_session"} <= models
+
+
+def test_core_models_are_read_from_the_configs():
+    """The networks of the shipped and example pipelines count as core models (their configs
+    run a TensorRT plan or the ONNX Runtime / PyTorch backend), their Python steps do not."""
+    core = set(queue_policy.core_models())
+    networks = {"text_embedding_encoder", "ctr_model", "image_classifier", "breast_cancer_model"}
+    assert networks | {"image_classifier_resnet50", "nudenet_detector_model"} <= core
+    steps = {"text_embedding_tokenize", "text_embedding_normalize", "image_preprocess"}
+    assert not core & (steps | {"ctr_preprocess", "breast_cancer_preprocess", "text_embedding"})
 
 
 @pytest.mark.parametrize("path", _batching_configs(), ids=_id)

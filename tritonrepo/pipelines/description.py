@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tritonrepo.pipelines.core_state import CoreState, parse_core_state
 from tritonrepo.pipelines.stateful import (
     SequenceSpec,
     SessionSpec,
@@ -32,6 +33,8 @@ from tritonrepo.pipelines.stateful import (
     parse_session,
     session_outputs,
 )
+from tritonrepo_client.model_repository.config_sets import CONFIG_SETS as CONFIG_SET_TABLE
+from tritonrepo_client.model_repository.dtypes import DATA_TYPES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -43,25 +46,15 @@ DEFAULT_MAX_BATCH_SIZE = 32
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,47}$")  # a model name and a Python identifier
 REF_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # package.module:attribute
 
-# Triton's data types (model_config.proto DataType, without TYPE_) and their numpy types.
-DTYPES: Mapping[str, str] = {
-    "BOOL": "bool",
-    "UINT8": "uint8",
-    "UINT16": "uint16",
-    "UINT32": "uint32",
-    "UINT64": "uint64",
-    "INT8": "int8",
-    "INT16": "int16",
-    "INT32": "int32",
-    "INT64": "int64",
-    "FP16": "float16",
-    "FP32": "float32",
-    "FP64": "float64",
-    "BYTES": "object",
-}
-# The config sets a description deploys (tritonrepo_client.model_repository.config_sets, which
-# the stub layer may not import): config.pbtxt, configs/cpu.pbtxt, configs/torch_gpu.pbtxt.
-CONFIG_SETS = ("default", "cpu", "torch_gpu")
+# Triton's data types a description may use (model_config.proto DataType, without TYPE_; BF16
+# has no numpy type) and their numpy types: the one table,
+# tritonrepo_client.model_repository.dtypes (the description reader is generator-side code,
+# which reads the repository through that bottom layer; tests/layers.py).
+DTYPES: Mapping[str, str] = {d.name: d.numpy_name for d in DATA_TYPES if d.has_numpy}
+# The config sets a description deploys (the table of
+# tritonrepo_client.model_repository.config_sets): config.pbtxt, configs/cpu.pbtxt,
+# configs/torch_gpu.pbtxt.
+CONFIG_SETS = tuple(CONFIG_SET_TABLE)
 
 
 class DescriptionError(ValueError):
@@ -98,6 +91,9 @@ class Deployment:
     ``max_queue_delay_us`` is the dynamic batcher's ``max_queue_delay_microseconds`` (µs);
     ``preferred_batch_sizes`` its ``preferred_batch_size`` (empty = none); ``max_batch_size``
     overrides the pipeline's when set (a core model may batch more rows than one request has).
+    ``ragged_inputs`` names the model's inputs declared ``allow_ragged_batch: true`` in this set
+    (the batcher joins requests whose shapes differ along their non-batch dims; the backend must
+    take such a batch, as ``onnxruntime_python`` with ``sequence_mask_input`` does).
     """
 
     instances: int = 1
@@ -106,6 +102,7 @@ class Deployment:
     max_batch_size: int | None = None
     parameters: Mapping[str, str] = field(default_factory=dict)
     doc: str = ""
+    ragged_inputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -170,7 +167,8 @@ class Pipeline:
     source: Path
     sequence: SequenceSpec | None = None  # [sequence]: a stateful pipeline (stateful.py)
     session: SessionSpec | None = None  # [session]: its step(state, inputs) function
-    probe: str | None = None  # [probe] function: the health probe's row (default: a sample's)
+    probe: Mapping[str, Any] | None = None  # [probe]: the declared health probe (KServe v2 JSON)
+    core_state: CoreState | None = None  # [[sequence.state]]: state in the core (core_state.py)
 
     @property
     def stateful(self) -> bool:
@@ -185,7 +183,9 @@ class Pipeline:
     @property
     def models(self) -> tuple[str, ...]:
         """The model names: ensemble, preprocess, core, postprocess; for a stateful pipeline
-        the session model and the core."""
+        the session model and the core; with state in the core, the session model alone."""
+        if self.core_state is not None and self.session is not None:
+            return (self.session.model,)
         if self.session is not None:
             return (self.session.model, self.core.model)
         return (self.name, self.preprocess.model, self.core.model, self.postprocess.model)
@@ -193,6 +193,8 @@ class Pipeline:
     @property
     def model_fields(self) -> tuple[str, ...]:
         """The description's field naming each of :attr:`models`."""
+        if self.core_state is not None:
+            return ("session.model",)
         if self.session is not None:
             return ("session.model", "model.model")
         return ("name", "preprocess.model", "model.model", "postprocess.model")
@@ -296,6 +298,7 @@ _DEPLOYMENT_KEYS = (
     "max_batch_size",
     "parameters",
     "doc",
+    "ragged_inputs",
 )
 
 
@@ -306,6 +309,10 @@ def _deployment(r: _Reader, raw: Mapping[str, Any], where: str, base: Deployment
     preferred = r.get(raw, "preferred_batch_sizes", where, list, list(base.preferred_batch_sizes))
     max_batch = r.get(raw, "max_batch_size", where, int, base.max_batch_size)
     parameters = r.get(raw, "parameters", where, dict, dict(base.parameters))
+    ragged = r.get(raw, "ragged_inputs", where, list, list(base.ragged_inputs))
+    names = [n for n in ragged if isinstance(n, str) and n]
+    if len(names) != len(ragged) or len(set(names)) != len(names):
+        r.problem(f"{where}.ragged_inputs", f"{ragged!r}: give input names, each once")
     if instances < 1:
         r.problem(f"{where}.instances", f"{instances}: give 1 or more")
     if delay < 0:
@@ -322,6 +329,7 @@ def _deployment(r: _Reader, raw: Mapping[str, Any], where: str, base: Deployment
         max_batch,
         {k: str(v) for k, v in parameters.items()},
         r.get(raw, "doc", where, str, base.doc),
+        tuple(names),
     )
 
 
@@ -520,6 +528,20 @@ _TOP_KEYS = (
 )
 
 
+def _probe(r: _Reader, raw: Any) -> Mapping[str, Any] | None:
+    """The ``[probe]`` table: ``inputs`` (KServe v2 JSON input tensors) and optional
+    ``outputs``; its format and its tensors are checked by the generator
+    (``builders.pipeline.declared``), which writes it as the ``tritonrepo_probe`` parameter."""
+    if not isinstance(raw, dict):
+        r.problem("probe", "must be a table with inputs = [{ name, datatype, shape, data }]")
+        return None
+    r.unknown(raw, ("inputs", "outputs"), "probe")
+    if not r.get(raw, "inputs", "probe", list, []):
+        r.problem("probe.inputs", "is missing or empty; give the request's tensors")
+    r.get(raw, "outputs", "probe", list, [])
+    return dict(raw)
+
+
 def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
     """A :class:`Pipeline` from parsed TOML ``data`` (``source``: the file, for messages and
     :attr:`Pipeline.folder`).
@@ -535,12 +557,15 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
             "name", f"{name!r}: give a lower-case name of letters, digits and _ (a model name)"
         )
     max_batch = r.get(data, "max_batch_size", "", int, DEFAULT_MAX_BATCH_SIZE)
-    if max_batch < 1:
-        r.problem("max_batch_size", f"{max_batch}: give 1 or more (the generator always batches)")
-    sequence = session = None
+    if max_batch < 0:
+        r.problem("max_batch_size", f"{max_batch}: give 1 or more (0: one request = one item, "
+                  "no batch dim)")  # fmt: skip
+    sequence = session = core_state = None
     if "sequence" in data:
         sequence = parse_sequence(r, data["sequence"])
         session = parse_session(r, data.get("session"), name, REF_PATTERN)
+        core_state = parse_core_state(r, data, DTYPES, _tensors, _deployments, NAME_PATTERN,
+                                      REF_PATTERN)  # fmt: skip
     elif "session" in data:
         r.problem("session", "needs a [sequence] table (a stateful pipeline); add one or drop it")
     samples = None
@@ -560,7 +585,10 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
             post_raw, dict) else None  # fmt: skip
         if post_raw == {}:
             r.problem("postprocess.function", "is missing; give function = 'module:function'")
-        post = replace(_step(r, post_raw, "postprocess", "", False), model="", deployments={})
+        if core_state is not None:  # its step class answers: no postprocess function
+            post = Step("", None, None, (), {})
+        else:
+            post = replace(_step(r, post_raw, "postprocess", "", False), model="", deployments={})
     else:
         pre = _step(r, data.get("preprocess"), "preprocess", f"{name}_preprocess", True)
         post = _step(r, data.get("postprocess"), "postprocess", f"{name}_postprocess", False)
@@ -579,13 +607,18 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
         source=source,
         sequence=sequence,
         session=session,
-        probe=_probe_ref(r, data),
+        probe=_probe(r, data["probe"]) if "probe" in data else None,
+        core_state=core_state,
     )
+    if core_state is not None and session is not None:  # the graph serves under its name
+        pipeline = replace(pipeline, core=replace(pipeline.core, model=session.model))
     if sequence is not None:
         check_stateful_tables(r, data, sequence, [t.name for t in pipeline.inputs])
-        if pipeline.probe is not None:
-            r.problem("probe", "a stateful pipeline probes with its samples' first event "
-                      "(START and END together); drop [probe]")  # fmt: skip
+    functions = (pipeline.preprocess.function, pipeline.postprocess.function)
+    if max_batch == 0 and (any(functions) or (sequence is not None and core_state is None)):
+        r.problem("max_batch_size", "0: give 1 or more for function steps (the generator runs "
+                  "them on batches of samples); 0 (one request = one item, no batch dim) is "
+                  "for steps that are PythonStep classes (step = 'module:Class')")  # fmt: skip
     if not pipeline.inputs:
         r.problem("input", "no request tensors; add [[input]] tables (name, dtype, dims)")
     if not pipeline.outputs:
@@ -611,21 +644,6 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
     if r.problems:
         raise DescriptionError(source, r.problems)
     return pipeline
-
-
-def _probe_ref(r: _Reader, data: Mapping[str, Any]) -> str | None:
-    """``[probe] function``: a function returning the health probe's one request row."""
-    table = data.get("probe")
-    if table is None:
-        return None
-    if not isinstance(table, dict):
-        r.problem("probe", "must be a table with function = 'module:function'")
-        return None
-    r.unknown(table, ("function",), "probe")
-    ref = r.get(table, "function", "probe", str, None)
-    if ref is None or not REF_PATTERN.match(ref):
-        r.problem("probe.function", f"{ref!r} is not 'package.module:function'")
-    return ref
 
 
 def load(path: Path | str) -> Pipeline:

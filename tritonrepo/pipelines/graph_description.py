@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tritonrepo.pipelines import description as single
+import tritonrepo.pipelines.description as single
 from tritonrepo.pipelines.description import (
     DEFAULT_MAX_BATCH_SIZE,
     NAME_PATTERN,
@@ -88,7 +88,7 @@ class GraphPipeline:
     cores: Mapping[str, Core]
     steps: tuple[GraphStep, ...]
     samples: str | None
-    probe: str | None  # [probe] function: the health probe's one row (default: the samples')
+    probe: Mapping[str, Any] | None  # [probe]: the declared health probe (KServe v2 JSON)
     tests: bool
     source: Path
     stateful: bool = False
@@ -289,7 +289,7 @@ def parse_graph(data: Mapping[str, Any], source: Path) -> GraphPipeline:
         cores=cores,
         steps=tuple(steps),
         samples=_ref_table(r, data, "samples"),
-        probe=_ref_table(r, data, "probe"),
+        probe=single._probe(r, data["probe"]) if "probe" in data else None,
         tests=r.get(data, "tests", "", bool, True),
         source=source,
     )

@@ -26,6 +26,9 @@ MAX_IDLE_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer is a session nobody close
 # per session the store may hold, so that a new session past max_sessions reaches the model and
 # is refused with an error instead of waiting in Triton's backlog for a slot.
 CANDIDATE_SEQUENCES_PER_SESSION = 2
+# Fields of state in the core (tritonrepo.pipelines.core_state), read there.
+CORE_STATE_SEQUENCE_KEYS = ("state", "max_candidate_sequences")
+CORE_STATE_SESSION_KEYS = ("step_class", "reference", "calls", "parameters", "torch_gpu")
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ def parse_sequence(r: Any, raw: Any) -> SequenceSpec:
         r.problem(where, "must be a table ([sequence] idle_timeout_s = ...)")
         raw = {}
     r.unknown(raw, ("idle_timeout_s", "correlation_id", "max_sessions", "max_queue_delay_us",
-                    "controls", "doc"), where)  # fmt: skip
+                    "controls", "doc", *CORE_STATE_SEQUENCE_KEYS), where)  # fmt: skip
     idle = raw.get("idle_timeout_s")
     if idle is None:
         r.problem(
@@ -138,9 +141,12 @@ def parse_session(r: Any, raw: Any, name: str, ref_pattern: re.Pattern[str]) -> 
     if not isinstance(raw, dict):
         r.problem(where, "is missing; add a [session] table with step = 'module:function'")
         raw = {}
-    r.unknown(raw, ("step", "model", "instances", "outputs", "doc"), where)
+    r.unknown(raw, ("step", "model", "instances", "outputs", "doc", *CORE_STATE_SESSION_KEYS),
+              where)  # fmt: skip
     step = r.get(raw, "step", where, str, "")
-    if not step:
+    if "step_class" in raw:
+        pass  # state in the core: tritonrepo.pipelines.core_state reads it
+    elif not step:
         r.problem(f"{where}.step", "is missing; give step = 'package.module:function', a "
                   "function step(state, inputs) -> (state, outputs)")  # fmt: skip
     elif not ref_pattern.match(step):

@@ -202,20 +202,13 @@ class ServerOptions:
 
 
 def default_models(repository: Path = MODEL_REPOSITORY) -> tuple[str, ...]:
-    """What ``make serve`` loads without ``--model``: :data:`DEFAULT_MODELS`, then every other
-    ensemble of ``repository`` whose config declares its own health probe (parameter
-    ``tritonrepo_probe``), by name: the pipelines ``tritonrepo-new`` generated. So a team's
-    pipeline is served next to the shipped ones without listing them; the container's
-    entrypoint (``docker/entrypoint.sh``) finds them the same way, and ``tritonrepo-client
-    health`` probes every loaded model that declares a probe."""
-    from tritonrepo_client.model_repository.configs import load_config
+    """What ``make serve`` loads without ``--model``: the top-level models of ``repository``
+    (neither an ensemble's step nor called through BLS) that declare their health probe
+    (parameter ``tritonrepo_probe``) or have a built-in one (:data:`DEFAULT_MODELS`), by name
+    (:func:`tritonrepo_client.model_repository.roles.served_models`). So a team's pipeline is
+    served next to the shipped ones without listing them; the container's entrypoint
+    (``docker/entrypoint.sh``) asks this list, and ``tritonrepo-client health`` probes every
+    loaded model that declares a probe."""
+    from tritonrepo_client.model_repository.roles import served_models
 
-    extra = []
-    for config in sorted(repository.glob("*/config.pbtxt")):
-        name = config.parent.name
-        if name in DEFAULT_MODELS or "tritonrepo_probe" not in config.read_text():
-            continue
-        cfg = load_config(config)
-        if cfg.platform == "ensemble" and "tritonrepo_probe" in cfg.parameters:
-            extra.append(name)
-    return (*DEFAULT_MODELS, *extra)
+    return served_models(repository, DEFAULT_MODELS)

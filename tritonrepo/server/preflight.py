@@ -170,7 +170,7 @@ def required_artifacts(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print every finding; exit 1 if any is an error."""
-    from tritonrepo_client.models import DEFAULT_MODELS
+    from tritonrepo.server.options import default_models
 
     parser = argparse.ArgumentParser(
         prog="tritonrepo-preflight", description=__doc__.split("\n")[0]
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--model",
         dest="models",
         action="append",
-        help=f"model to check with its dependencies (default: {DEFAULT_MODELS})",
+        help="model to check with its dependencies (default: the launcher's default models)",
     )
     parser.add_argument(
         "--model-config-name",
@@ -193,7 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="print the files the checks require, '<make target or tracked>\\t<path>' each",
     )
     args = parser.parse_args(argv)
-    models, config_name = args.models or DEFAULT_MODELS, args.model_config_name or None
+    config_name = args.model_config_name or None
+    models = args.models or default_models(args.repository)
     if args.list_artifacts:
         for artifact in required_artifacts(args.repository, models, config_name):
             print(f"{artifact.build}\t{artifact.path}")

@@ -37,18 +37,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo_client.model_repository import roles
 from tritonrepo_client.model_repository.config_sets import cpu_sets
 
 REALTIME = 1
 BULK = 2
 
-# The models whose dynamic batcher has priority levels (the ensembles' networks).
-CORE_MODELS = (
-    "text_embedding_encoder",
-    "ctr_model",
-    "image_classifier",
-    "image_classifier_resnet50",
-)
 CPU_CONFIG_SETS = cpu_sets()  # configs/<name>.pbtxt that run on CPU instances
 
 
@@ -106,24 +101,19 @@ STEP = QueuePolicy(
 
 
 @functools.lru_cache(maxsize=1)
-def described_core_models() -> tuple[str, ...]:
-    """The core models of the described pipelines (``pipelines/*/pipeline.toml``): their
-    generated configs carry the core policies too."""
-    from tritonrepo.paths import PIPELINES
-    from tritonrepo.pipelines.description import discover, load
-
-    models: list[str] = []
-    for path in discover(PIPELINES):
-        pipeline = load(path)
-        cores = getattr(pipeline, "cores", None)  # a description of several models
-        models += [c.model for c in cores.values()] if cores else [pipeline.core.model]
-    return tuple(models)
+def core_models() -> tuple[str, ...]:
+    """The models whose dynamic batcher has priority levels: those that run the network, a
+    core runtime (TensorRT plan, ONNX Runtime or PyTorch backend) in at least one config set
+    (:func:`tritonrepo_client.model_repository.roles.core_models`, read from the repository's
+    configs), not a Python step. The generator writes the same policies into a described
+    pipeline's core configs."""
+    return roles.core_models(MODEL_REPOSITORY)
 
 
 def expected_policy(model: str, config_set: str | None) -> QueuePolicy:
     """The policy of ``model``'s config set ``config_set`` (``None`` = ``config.pbtxt``,
     else ``configs/<config_set>.pbtxt``) when it has dynamic batching: a core model's
-    (:data:`CORE_MODELS` and :func:`described_core_models`) or a Python step's."""
-    if model in CORE_MODELS or model in described_core_models():
+    (:func:`core_models`) or a Python step's."""
+    if model in core_models():
         return CORE_CPU if config_set in CPU_CONFIG_SETS else CORE_GPU
     return STEP

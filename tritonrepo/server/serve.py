@@ -51,8 +51,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--model",
         dest="models",
         action="append",
-        help=f"model to load at start (repeatable; default: {', '.join(DEFAULT_MODELS)} and "
-        "every generated pipeline of pipelines/)",
+        help="model to load at start (repeatable; default: every model no other one uses that "
+        "declares a health probe, or has a built-in one: "
+        f"{', '.join(DEFAULT_MODELS)}; tritonrepo.server.options.default_models)",
     )
     p.add_argument(
         "--host",

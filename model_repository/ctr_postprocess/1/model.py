@@ -1,4 +1,4 @@
-"""ctr_ranking step: ctr_postprocess (logic: tritonrepo.ctr.steps.PostprocessStep)."""
+"""ctr_ranking step 3: ctr, CANDIDATE_IDS, K -> ITEM_IDS, SCORES."""
 
 from tritonrepo.ctr.steps import PostprocessStep
 

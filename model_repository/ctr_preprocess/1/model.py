@@ -1,4 +1,4 @@
-"""ctr_ranking step: ctr_preprocess (logic: tritonrepo.ctr.steps.PreprocessStep)."""
+"""ctr_ranking step 1: HISTORY, CANDIDATES, TOP_K -> input_ids, CANDIDATE_IDS, K."""
 
 from tritonrepo.ctr.steps import PreprocessStep
 

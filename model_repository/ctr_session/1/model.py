@@ -1,4 +1,4 @@
-"""ctr_session on CPU (configs/cpu.pbtxt; logic: tritonrepo.ctr.steps.SessionStep)."""
+"""ctr_session session step (logic: tritonrepo.ctr.steps:SessionStep)."""
 
 from tritonrepo.ctr.steps import SessionStep
 

@@ -1,4 +1,4 @@
-"""text_embedding step 3: sentence_embedding -> EMBEDDING (logic: tritonrepo.text.steps)."""
+"""text_embedding step 3: sentence_embedding -> EMBEDDING."""
 
 from tritonrepo.text.steps import NormalizeStep
 

@@ -1,4 +1,4 @@
-"""text_embedding step 1: TEXT -> input_ids, attention_mask (logic: tritonrepo.text.steps)."""
+"""text_embedding step 1: TEXT -> input_ids, attention_mask."""
 
 from tritonrepo.text.steps import TokenizeStep
 

@@ -1,6 +1,6 @@
 """The chain pipeline's description (named ``toy``, for the generator's test workspace):
 prepare -> first -> relu -> second (its ``scores`` renamed ``doubled``) -> finish, which calls
-``scale``; ``[probe]`` gives the health probe's row."""
+``scale``; ``[probe]`` declares the health probe's request."""
 
 CHAIN_PACKAGE = "tests.unit.pipeline_fixtures.chain"
 CHAIN_TOML = f"""\
@@ -53,5 +53,5 @@ outputs = [{{ name = "OUT", dtype = "FP32", dims = [2] }}]
 function = "{CHAIN_PACKAGE}.steps:samples"
 
 [probe]
-function = "{CHAIN_PACKAGE}.steps:probe"
+inputs = [{{ name = "X", datatype = "FP32", shape = [1, 4], data = [1.0, 1.0, 1.0, 1.0] }}]
 """

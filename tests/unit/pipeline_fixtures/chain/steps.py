@@ -45,14 +45,3 @@ def finish(inputs: dict[str, np.ndarray], models: Any) -> dict[str, np.ndarray]:
 def samples() -> dict[str, np.ndarray]:
     """``X`` FP32 [8, 4]: -1.6 to 1.5 in 0.1 steps (negative scores too: ReLU matters)."""
     return {"X": ((np.arange(32, dtype=np.float32) - 16) / np.float32(10)).reshape(8, 4)}
-
-
-def probe() -> dict[str, np.ndarray]:
-    """The health probe's row: ``X`` FP32 [1, 4] of ones."""
-    return {"X": np.ones((1, 4), dtype=np.float32)}
-
-
-def toy_probe() -> dict[str, np.ndarray]:
-    """A probe row for the single-core toy pipeline: ``X`` FP32 [1, 4] of ones, ``TAG``
-    BYTES [1, 1] ``b"probe"``."""
-    return {"X": np.ones((1, 4), dtype=np.float32), "TAG": np.array([[b"probe"]], dtype=object)}

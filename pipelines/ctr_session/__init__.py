@@ -1,0 +1,1 @@
+"""ctr_session: described in pipeline.toml; its logic lives in tritonrepo.ctr."""

@@ -1,0 +1,1 @@
+"""text_embedding: described in pipeline.toml; its logic lives in tritonrepo.text."""

@@ -6,29 +6,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 
-# Artifacts of text_embedding (git-ignored, built from the source weights).
-TEXT_EMBEDDING_ARTIFACTS := \
-	model_repository/text_embedding_encoder/1/model.onnx \
-	model_repository/text_embedding_encoder/1/build_metadata.json \
-	model_repository/text_embedding_encoder/2/model.onnx \
-	model_repository/text_embedding_encoder/2/build_metadata.json \
-	model_repository/text_embedding_encoder/3/model.onnx \
-	model_repository/text_embedding_encoder/3/build_metadata.json \
-	model_repository/text_embedding_encoder/4/model.onnx \
-	model_repository/text_embedding_encoder/4/build_metadata.json \
-	model_repository/text_embedding_tokenize/1/tokenizer.json
-
-# Artifacts of ctr_ranking / ctr_session (trained on the synthetic click log, ~3 min on CPU).
-CTR_ARTIFACTS := \
-	model_repository/ctr_model/1/model.onnx \
-	model_repository/ctr_model/1/build_metadata.json \
-	model_repository/ctr_model/2/model.onnx \
-	model_repository/ctr_model/2/build_metadata.json \
-	build/ctr/model.pt
-
-# What the TensorRT plans are built from besides those (make build-plans reads them from the
-# mounted checkout): the ctr_session step graph and the real texts of calibration and gate.
-PLAN_SOURCES := model_repository/ctr_session/1/model.onnx build/tensorrt/real_texts.json
+# What the TensorRT plans are built from besides the cores (make build-plans reads it from the
+# mounted checkout): the real texts of the text encoder's calibration and gate.
+PLAN_SOURCES := build/tensorrt/real_texts.json
 
 SERVE_ARGS ?=
 PYTEST_ARGS ?=
@@ -81,13 +61,15 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --editable .
 	touch $@
 
-artifacts: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(PLAN_SOURCES) pipeline-artifacts
+artifacts: pipeline-artifacts $(PLAN_SOURCES)
 
-# The core models of the described pipelines (pipelines/*/pipeline.toml, builders/pipeline/build.py):
-# each is rebuilt only when its description or code changed (a digest in its build_metadata.json),
-# or, for a `builder` module (image_classification's builders.onnx_export.image: EfficientNet-Lite0
-# FP32 + INT8, ResNet-50, labels, ~1 min), when the module or what it imports changed or a file it
-# makes is missing (a stamp in build/pipeline-builds/, builders/pipeline/module_build.py).
+# The core models of every pipeline (pipelines/*/pipeline.toml, builders/pipeline/build.py), a
+# pipeline after those whose models it calls: each is rebuilt only when its description or code
+# changed (a digest in its build_metadata.json), or, for a `builder` module (the shipped cores:
+# text_embedding's encoder versions and tokenizer, ctr_ranking's CTR model (~3 min), ctr_session's
+# stateful graph, image_classification's EfficientNet-Lite0 FP32 + INT8 and ResNet-50, ~1 min),
+# when the module or what it imports changed or a file it makes is missing (a stamp in
+# build/pipeline-builds/, builders/pipeline/module_build.py).
 pipeline-artifacts: $(STAMP)
 	$(PY) -m builders.pipeline.build
 
@@ -97,18 +79,6 @@ NEW_ARGS ?=
 pipeline: $(STAMP)
 	@test -n "$(NAME)" || { echo "usage: make pipeline NAME=<pipelines/NAME/pipeline.toml>"; exit 2; }
 	$(PY) -m builders.pipeline.generate pipeline $(NAME) $(NEW_ARGS)
-
-$(TEXT_EMBEDDING_ARTIFACTS) &: $(STAMP) builders/onnx_export/text_embedding.py tritonrepo/text/spec.py \
-		tritonrepo/text/tokenization.py builders/onnx_export/text_embedding_variants.py reference_data/text_corpus.py
-	$(PY) -m builders.onnx_export.text_embedding
-
-$(CTR_ARTIFACTS) &: $(STAMP) builders/onnx_export/ctr.py builders/onnx_export/ctr_network.py tritonrepo/ctr/spec.py \
-		builders/onnx_export/quantization.py \
-		reference_data/click_log.py tritonrepo/ctr/features.py
-	$(PY) -m builders.onnx_export.ctr
-
-model_repository/ctr_session/1/model.onnx: $(CTR_ARTIFACTS) builders/onnx_export/ctr_session.py
-	$(PY) -m builders.onnx_export.ctr_session
 
 build/tensorrt/real_texts.json: $(STAMP) builders/tensorrt/plan_data.py reference_data/text_corpus.py
 	$(PY) -m builders.tensorrt.plan_data
@@ -231,7 +201,7 @@ TORCH_GPU_ARTIFACTS := $(patsubst %/configs/torch_gpu.pbtxt,%/1/model.pt2,\
 
 artifacts-gpu: $(TORCH_GPU_ARTIFACTS)
 
-$(TORCH_GPU_ARTIFACTS) &: $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(wildcard build/pipeline-builds/*.json) \
+$(TORCH_GPU_ARTIFACTS) &: $(wildcard build/pipeline-builds/*.json) \
 		builders/torch_programs/export.py builders/torch_programs/image_export.py | pipeline-artifacts
 	$(PY) -m builders.torch_programs.export
 
@@ -270,4 +240,4 @@ lint: setup
 
 clean:
 	test ! -x $(PY) || rm -f $$($(PY) -m builders.pipeline.build --list-built)
-	rm -rf build $(TEXT_EMBEDDING_ARTIFACTS) $(CTR_ARTIFACTS) $(TORCH_GPU_ARTIFACTS) $(PLAN_SOURCES)
+	rm -rf build $(TORCH_GPU_ARTIFACTS) $(PLAN_SOURCES)

@@ -47,16 +47,14 @@ def server_options(name: str = "tritonserver", **overrides) -> ServerOptions:
     build/test-logs/<name>.log (<name>-<worker>.log on a pytest-xdist worker: each worker has
     a session server of its own)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    options = ServerOptions(
-        http_port=free_port(),
-        grpc_port=free_port(),
-        metrics_port=free_port(),
-        log_file=BUILD_DIR / "test-logs" / (f"{name}-{worker}.log" if worker else f"{name}.log"),
-        repository_key=secrets.token_urlsafe(16),
-    )
-    for key, value in overrides.items():
-        setattr(options, key, value)
-    return options
+    defaults = {
+        "http_port": free_port(),
+        "grpc_port": free_port(),
+        "metrics_port": free_port(),
+        "log_file": BUILD_DIR / "test-logs" / (f"{name}-{worker}.log" if worker else f"{name}.log"),
+        "repository_key": secrets.token_urlsafe(16),
+    }
+    return ServerOptions(**{**defaults, **overrides})
 
 
 def client_cli(

@@ -13,7 +13,6 @@ import numpy as np
 
 from tests import hostile_transport as t
 from tests.hostile_transport import Reply
-from tritonrepo_client.control.health import probe_png
 
 SERVED, REFUSED, DIES = "served", "refused", "dies"
 STUB_DIES = "stub dies"  # the server lives, a Python step's stub process dies
@@ -22,6 +21,26 @@ HTTP_CLIENT_ERROR = frozenset({"400"})
 # is the client's fault, but the frontend does not say so): still a per-request error.
 HTTP_JSON_ERROR = frozenset({"400", "500"})
 GRPC_INVALID = frozenset({"StatusCode.INVALID_ARGUMENT"})
+
+
+def probe_png(width: int = 32, height: int = 32) -> bytes:
+    """A valid 8-bit RGB PNG (``width`` x ``height`` pixels) of a horizontal gradient, made
+    with the standard library."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    row = b"\x00" + b"".join(bytes((x * 8 % 256, 128, 255 - x * 8 % 256)) for x in range(width))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(row * height))
+        + chunk(b"IEND", b"")
+    )
 
 
 @dataclass(frozen=True)

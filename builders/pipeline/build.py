@@ -231,6 +231,35 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
     return record
 
 
+def build_order(pipelines: Sequence[Pipeline]) -> list[Pipeline]:
+    """``pipelines`` with each one after the pipelines whose models it calls through BLS
+    (``calls`` of its steps or its session): ctr_session's core graph is built from
+    ctr_ranking's ctr_model. Otherwise in the given order.
+
+    Raises:
+        DescriptionError: the calls form a cycle (named).
+    """
+    owner = {model: p.name for p in pipelines for model in p.models if model}
+    needs: dict[str, set[str]] = {}
+    for p in pipelines:
+        called = {*p.preprocess.calls, *p.postprocess.calls}
+        if p.core_state is not None:
+            called.update(c.model for c in p.core_state.calls)
+        needs[p.name] = {owner[m] for m in called if m in owner and owner[m] != p.name}
+    ordered: list[Pipeline] = []
+    done: set[str] = set()
+    pending = list(pipelines)
+    while pending:
+        ready = [p for p in pending if needs[p.name] <= done]
+        if not ready:
+            names = ", ".join(p.name for p in pending)
+            raise DescriptionError(pending[0].source, [f"calls: a cycle among {names}"])
+        ordered.extend(ready)
+        done.update(p.name for p in ready)
+        pending = [p for p in pending if p.name not in done]
+    return ordered
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line; exit 0 when every requested pipeline is built or up to date."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -253,14 +282,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.path.insert(0, str(REPO_ROOT))
     paths = [PIPELINES / n / "pipeline.toml" for n in args.names] or discover(PIPELINES)
     failed = 0
+    pipelines = []
     for path in paths:
         try:
-            pipeline = load(path)
+            pipelines.append(load(path))
+        except DescriptionError as exc:
+            print(f"error: {path.parent.name}: {exc}", file=sys.stderr)
+            failed += 1
+    try:
+        pipelines = build_order(pipelines)
+    except DescriptionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for pipeline in pipelines:
+        try:
             record = build(pipeline, args.repository)
         except (
             DescriptionError, ModelSourceError, ParityError, subprocess.CalledProcessError,
         ) as exc:  # fmt: skip
-            print(f"error: {path.parent.name}: {exc}", file=sys.stderr)
+            print(f"error: {pipeline.name}: {exc}", file=sys.stderr)
             failed += 1
             continue
         if record is None:

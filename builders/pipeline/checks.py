@@ -299,12 +299,17 @@ def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = F
     if pipeline.core_state is not None:
         from builders.pipeline.checks_core_state import check_core_state
 
-        return check_core_state(pipeline, repository, owned, force)
+        checked = check_core_state(pipeline, repository, owned, force)
+        problems: list[str] = []
+        probe = declared.probe_json(pipeline, problems)  # a [probe] table wins
+        if problems:
+            raise DescriptionError(pipeline.source, problems)
+        return checked if probe is None else replace(checked, probe=probe)
     if pipeline.stateful:
         from builders.pipeline.checks_stateful import check_stateful
 
         checked = check_stateful(pipeline, repository, owned, force)
-        problems: list[str] = []
+        problems = []
         declared.check_ragged_inputs(pipeline, checked.core_inputs, checked.core_outputs, problems)
         probe = declared.probe_json(pipeline, problems)
         if problems:

@@ -26,7 +26,8 @@ def probe_json(pipeline: Pipeline, problems: list[str]) -> str | None:
 
     Checked: the format (:func:`tritonrepo_client.control.probe_declaration.declared_probe`,
     the reader the health check uses), that every input is a request tensor of the pipeline with
-    its dtype and ``[rows, *dims]`` shape (rows 1 to ``max_batch_size``), that every output
+    its dtype and ``[rows, *dims]`` shape (rows 1 to ``max_batch_size``; ``dims`` alone
+    when ``max_batch_size`` is 0), that every output
     named is a response tensor, and the size (at most :data:`PROBE_LIMIT_BYTES` bytes).
     Problems are appended to ``problems``.
     """
@@ -72,16 +73,25 @@ def probe_json(pipeline: Pipeline, problems: list[str]) -> str | None:
 def _check_shape(
     where: str, shape: Sequence[int], tensor: Tensor, pipeline: Pipeline, problems: list[str]
 ) -> None:
-    """``shape`` (with the batch dim) against ``tensor``'s dims (-1 = any)."""
-    rows, dims = (shape[0], tuple(shape[1:])) if shape else (0, ())
+    """``shape`` against ``tensor``'s dims (-1 = any): ``[rows, *dims]`` with rows 1 to
+    ``max_batch_size``, or ``dims`` alone when the pipeline does not batch
+    (``max_batch_size = 0``)."""
+    batched = pipeline.max_batch_size > 0
+    rows, dims = (shape[0], tuple(shape[1:])) if batched and shape else (1, tuple(shape))
     fits = len(dims) == len(tensor.dims) and all(
         d == -1 or d == s for d, s in zip(tensor.dims, dims, strict=True)
     )
-    if not fits or not 1 <= rows <= pipeline.max_batch_size:
+    if batched and (not fits or not 1 <= rows <= pipeline.max_batch_size):
         declared = ", ".join(str(d) for d in tensor.dims)
         problems.append(
             f"{where} has shape {list(shape)}; give [rows, {declared}] (-1 = any size), rows "
             f"1 to {pipeline.max_batch_size}"
+        )
+    elif not fits:
+        declared = ", ".join(str(d) for d in tensor.dims)
+        problems.append(
+            f"{where} has shape {list(shape)}; give [{declared}] (-1 = any size; no batch "
+            "dimension: max_batch_size is 0)"
         )
 
 

@@ -44,7 +44,6 @@ from tritonrepo_client.cli.infer import add_infer_parser, infer_command
 from tritonrepo_client.cli.serving import health_command, session_command
 from tritonrepo_client.connection import DEFAULT_URLS, ClientError
 from tritonrepo_client.embedding import EmbeddingClient, cosine_similarity_matrix
-from tritonrepo_client.models import DEFAULT_MODELS
 from tritonrepo_client.ranking import RankingClient
 from tritonrepo_client.scheduling import BULK, parse_priority
 
@@ -154,9 +153,9 @@ def _parser() -> argparse.ArgumentParser:
         "--model",
         dest="models",
         action="append",
-        help=f"served model to check (repeatable; default {', '.join(DEFAULT_MODELS)}); one "
-        "without a built-in probe is probed only if its config declares one (parameter "
-        "tritonrepo_probe, docs/operations/health.md), else reported 'ready, not probed'",
+        help="served model to check (repeatable; default: every loaded model whose config "
+        "declares a probe, parameter tritonrepo_probe: docs/operations/health.md); one without "
+        "a probe is reported 'ready, not probed'",
     )
     health.add_argument("--live", action="store_true", help="liveness only")
 
@@ -169,7 +168,8 @@ def _parser() -> argparse.ArgumentParser:
         "--model",
         dest="models",
         action="append",
-        help=f"served model to probe (repeatable; default {', '.join(DEFAULT_MODELS)})",
+        help="served model to probe (repeatable; default: every loaded model whose config "
+        "declares a probe)",
     )
     heal.add_argument("--watch", action="store_true", help="heal every --interval until stopped")
     heal.add_argument(
@@ -231,8 +231,8 @@ def _parser() -> argparse.ArgumentParser:
             "--model",
             dest="models",
             action="append",
-            help="served model to probe (repeatable; default: those of "
-            f"{', '.join(DEFAULT_MODELS)} that are loaded)",
+            help="served model to probe (repeatable; default: every loaded model whose "
+            "config declares a probe)",
         )
 
     for name, text in (

@@ -28,7 +28,6 @@ from tritonrepo_client.control.rollout import (
     rollout,
 )
 from tritonrepo_client.model_repository.configs import ConfigParseError
-from tritonrepo_client.models import DEFAULT_MODELS
 from tritonrepo_client.validation import read_config_file
 
 
@@ -177,15 +176,19 @@ def configs_command(args: argparse.Namespace) -> int:
     (:func:`tritonrepo_client.control.config_sets.switch_config_set`); ``configs show``: the set
     each
     loaded model serves."""
-    from tritonrepo_client.control.config_sets import current_config_sets, switch_config_set
+    from tritonrepo_client.control.config_sets import (
+        current_config_sets,
+        probed_models,
+        switch_config_set,
+    )
 
     with (
         _repository(args) as repo,
         TritonConnection(args.url, args.protocol, args.timeout, tls_from_args(args)) as conn,
     ):
         loaded = sorted({r.name for r in repo.index() if r.state == "READY"})
-        # Probe what serves: the named models, else the default ones that are loaded.
-        served = args.models or [m for m in DEFAULT_MODELS if m in loaded]
+        # Probe what serves: the named models, else every loaded model that declares a probe.
+        served = args.models or probed_models(repo, conn)
         if args.action == "show":
             for model, config_set in current_config_sets(repo, loaded).items():
                 print(f"{model:<28} {config_set}")
@@ -221,7 +224,7 @@ def heal_command(args: argparse.Namespace) -> int:
             args.url, args.protocol, min(args.timeout, 60.0), tls_from_args(args)
         ) as conn,
     ):
-        healer = Healer(repo, args.models or DEFAULT_MODELS, conn, backoff_s=args.backoff)
+        healer = Healer(repo, args.models or (), conn, backoff_s=args.backoff)
         if not args.watch:
             report = healer.heal_once()
             _print_heal(report, report.lines())

@@ -13,21 +13,20 @@ from tritonrepo_client.connection import ClientError, TritonConnection
 from tritonrepo_client.control import repository_key
 from tritonrepo_client.control.health import check_health
 from tritonrepo_client.control.repository import RepositoryClient
-from tritonrepo_client.models import DEFAULT_MODELS
 from tritonrepo_client.ranking import SessionClient, read_checked_events
 from tritonrepo_client.validation import parse_correlation_id
 
 
 def served_models(repo: RepositoryClient, conn: TritonConnection) -> list[str]:
-    """The models ``health`` checks by default: :data:`DEFAULT_MODELS`, then every other loaded
-    model whose config declares its probe (a generated pipeline's ensemble does); only
-    :data:`DEFAULT_MODELS` when the loaded models cannot be listed."""
+    """The models ``health`` checks by default: every loaded model whose config declares its
+    probe (every described pipeline's does), by name; none when the loaded models cannot be
+    listed (the server's statistics endpoint does not answer)."""
     from tritonrepo_client.control.config_sets import probed_models
 
     try:
-        return probed_models(repo, conn, DEFAULT_MODELS)
+        return probed_models(repo, conn)
     except ClientError:
-        return list(DEFAULT_MODELS)
+        return []
 
 
 def health_command(args: argparse.Namespace) -> int:

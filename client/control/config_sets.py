@@ -32,6 +32,7 @@ every other loaded model that declares one (:func:`probed_models`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from collections.abc import Callable, Sequence
@@ -253,18 +254,25 @@ def switch_config_set(
 
 
 def probed_models(
-    repo: RepositoryClient, conn: TritonConnection, served: Sequence[str]
+    repo: RepositoryClient | None, conn: TritonConnection, served: Sequence[str] = ()
 ) -> list[str]:
-    """``served``, then every other loaded model (repository index and :func:`loaded_models`)
-    whose config declares a probe (parameter ``tritonrepo_probe``:
-    :mod:`tritonrepo_client.control.probe_declaration`): the models whose probes gate a switch, from
-    the same source as ``tritonrepo-client health``.
+    """``served``, then every other loaded model whose config declares a probe (parameter
+    ``tritonrepo_probe``: :mod:`tritonrepo_client.control.probe_declaration`), by name: what
+    this deployment serves, the models whose probes gate a switch, and what
+    ``tritonrepo-client health`` checks by default. The loaded models are read from the
+    statistics endpoint (:func:`loaded_models`, open without the key) and, with ``repo``, the
+    repository index; an index that cannot be read (no key) is skipped.
 
     Raises:
-        ClientError: the index or the statistics cannot be read.
+        ClientError: the statistics cannot be read.
     """
+    loaded = set(loaded_models(conn))
+    if repo is not None:
+        # The index needs the repository key; without it the statistics list what serves.
+        with contextlib.suppress(ClientError):
+            loaded |= set(ready_versions(repo))
     extra = []
-    for model in sorted(set(ready_versions(repo)) | set(loaded_models(conn))):
+    for model in sorted(loaded):
         if model in served:
             continue
         try:

@@ -2,9 +2,9 @@
 
 Liveness is the server answering (``GET /v2/health/live``). Readiness is "can serve": each
 model this deployment serves is READY and answers a probe inference whose output is checked:
-the built-in probe of a shipped ensemble, or the probe a model declares in its config
-(:mod:`tritonrepo_client.control.probe_declaration`); a model with neither is reported "ready, not
-probed", never "answering". With a repository client, models that are not served but stuck
+the probe the model declares in its config (:mod:`tritonrepo_client.control.probe_declaration`;
+a described pipeline's comes from its description); a model without one is reported "ready,
+not probed", never "answering". With a repository client, models that are not served but stuck
 LOADING or failed to load are reported as warnings.
 Triton's own server readiness (``GET /v2/health/ready``) is not used: with
 ``--strict-readiness=true`` (Triton's default, the container's) any unrelated model that fails
@@ -20,19 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tritonrepo_client.built_in_probes import (  # noqa: F401 - re-exported
-    PROBES,
-    probe_ctr_ranking,
-    probe_ctr_session,
-    probe_image_classification,
-    probe_png,
-    probe_text_embedding,
-)
 from tritonrepo_client.connection import ClientError, TritonConnection
 from tritonrepo_client.control.health_index import index_states, read_index, repository_findings
 from tritonrepo_client.control.model_calls import CALLS_PARAMETER, load_closure, server_configs
 from tritonrepo_client.control.probe_declaration import PROBE_PARAMETER, declared_probe
-from tritonrepo_client.models import DEFAULT_MODELS
 from tritonrepo_client.triton_messages import CATALOGUE, Kind, kinds_in
 
 if TYPE_CHECKING:
@@ -61,20 +52,18 @@ NOT_PROBED = (
 
 def probe_for(conn: TritonConnection, model: str) -> Callable[[TritonConnection, str], str] | None:
     """The probe of ``model``: the one its config declares (parameter ``tritonrepo_probe``,
-    read through the model-config endpoint), else the built-in one (:data:`PROBES`), else
-    None.
+    read through the model-config endpoint), else None.
 
     Raises:
         InvalidProbe: the declared probe is malformed.
         ClientError: the config cannot be read.
     """
-    declared = declared_probe(conn.model_config(model), model)
-    return declared if declared is not None else PROBES.get(model)
+    return declared_probe(conn.model_config(model), model)
 
 
 def check_health(
     conn: TritonConnection,
-    models: Sequence[str] = DEFAULT_MODELS,
+    models: Sequence[str],
     live_only: bool = False,
     repository: RepositoryClient | None = None,
     index_timeout_s: float = INDEX_TIMEOUT_S,

@@ -7,10 +7,9 @@ by hand.
   sends requests to.
 - **served by default**: a top-level model that declares its health probe (config parameter
   :data:`PROBE_PARAMETER`, ``tritonrepo_probe``; format:
-  :mod:`tritonrepo_client.control.probe_declaration`), or that a client knows a built-in probe
-  for (``built_in``, the models whose shipped config does not declare its probe yet); in order
-  of name. ``make serve``, the container's entrypoint, the preflight and the GPU host's pack
-  take this list.
+  :mod:`tritonrepo_client.control.probe_declaration`; every described pipeline's config
+  does), in order of name. ``make serve``, the container's entrypoint, the preflight and the
+  GPU host's pack take this list.
 - **core**: a model whose config, in any config set of the table
   (:data:`tritonrepo_client.model_repository.config_sets.CONFIG_SETS`), runs on that set's core
   runtime (a TensorRT plan, the ``onnxruntime_python`` or ``torch_python`` backend), not a
@@ -22,7 +21,6 @@ given a set; a config that does not parse counts as nothing (the preflight names
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -83,20 +81,17 @@ def top_level_models(repository: Path, config_set: str | None = None) -> list[st
     return [m for m in model_names(Path(repository)) if m not in used]
 
 
-def served_models(
-    repository: Path, built_in: Iterable[str] = (), config_set: str | None = None
-) -> tuple[str, ...]:
+def served_models(repository: Path, config_set: str | None = None) -> tuple[str, ...]:
     """The models served by default (module docstring): the top-level models that declare a
-    probe or are in ``built_in``, by name."""
+    probe, by name."""
     configs = _configs(Path(repository), config_set)
-    known = set(built_in)
     used = set()
     for config in configs.values():
         used.update(ensemble_steps(config), calls_of(config))
     return tuple(
         model
         for model, config in sorted(configs.items())
-        if model not in used and (declares_probe(config) or model in known)
+        if model not in used and declares_probe(config)
     )
 
 

@@ -19,10 +19,8 @@ import yaml
 
 from tests.dockerfile_steps import COMPOSE_FILE, DOCKER_DIR, ENTRYPOINT, parse_dockerfile
 from tritonrepo.paths import REPO_ROOT
-from tritonrepo.server import launcher
 from tritonrepo.server.options import ServerOptions, default_models
 from tritonrepo_client.cli import app as cli
-from tritonrepo_client.control import health
 
 # --- docker/compose.yaml ----------------------------------------------------------------------
 
@@ -181,8 +179,6 @@ def test_entrypoint_loads_what_the_health_check_probes() -> None:
     """The image serves the launcher's models, which are the ones `health` probes by default:
     it asks the launcher's own list (python -m tritonrepo.server.load_list)."""
     assert "python -m tritonrepo.server.load_list" in ENTRYPOINT.read_text()
-    assert launcher.DEFAULT_MODELS == health.DEFAULT_MODELS
-    assert set(launcher.DEFAULT_MODELS) <= set(default_models())
 
 
 FAKE_PYTHON = """#!/usr/bin/env bash
@@ -264,12 +260,12 @@ def test_entrypoint_with_plans_starts_the_server(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr
     check, serve = log.splitlines()
     repo = tmp_path / "model_repository"
-    # The models no other one uses that declare their probe (the generated pipelines) or have a
-    # built-in one (the launcher's), by name, found the same way by the entrypoint and by
-    # `make serve` (default_models).
+    # The models no other one uses that declare their probe (every described pipeline), by
+    # name, found the same way by the entrypoint and by `make serve` (default_models).
     served = default_models(repo)
     assert list(served) == sorted(served)
-    assert {*launcher.DEFAULT_MODELS, "breast_cancer", "nudenet_detector"} <= set(served)
+    shipped = {"text_embedding", "ctr_ranking", "ctr_session", "image_classification"}
+    assert {*shipped, "breast_cancer", "nudenet_detector"} <= set(served)
     # ...and what they call through BLS (config.pbtxt's ctr_session, a plan, calls nothing).
     loaded = ServerOptions(model_repository=repo, models=served, model_config_name=None)
     assert check == (

@@ -23,7 +23,7 @@ from builders import gpu_sources
 from tests.conftest import require_artifacts
 from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
 from tritonrepo.server import artifact_checks, preflight
-from tritonrepo_client.models import DEFAULT_MODELS
+from tritonrepo.server.options import default_models
 
 SCRIPTS = REPO_ROOT / "scripts" / "offline_gpu_host"
 SET = "torch_gpu"
@@ -61,7 +61,7 @@ def test_every_required_file_reaches_the_gpu_host():
     """What the pack carries by default: the launcher's default models (read from the configs)
     that need no TensorRT plan, the shipped ensembles among them."""
     models = gpu_sources.default_pack_models(MODEL_REPOSITORY, SET)
-    assert set(models) >= set(DEFAULT_MODELS)
+    assert {"text_embedding", "ctr_ranking", "ctr_session", "image_classification"} <= set(models)
     required = preflight.required_artifacts(MODEL_REPOSITORY, models, SET)
     pack = gpu_sources.pack_list(MODEL_REPOSITORY, None, SET)
     tracked = git_tracked()
@@ -94,7 +94,7 @@ def test_gpu_host_exporters_sources_are_carried():
     """Each GPU-host program in the set: the files and wheels its exporter loads are carried."""
     from builders.torch_programs import export as torch_export
 
-    pack = gpu_sources.pack_list(MODEL_REPOSITORY, DEFAULT_MODELS, SET)
+    pack = gpu_sources.pack_list(MODEL_REPOSITORY, None, SET)
     built = {path.split("/")[1] for path in pack.gpu_built}
     assert built, "the torch_gpu set has no GPU-host program: is the set still torch_gpu?"
     if "ctr_model" in built:
@@ -117,7 +117,7 @@ def test_source_wheels_are_pinned_in_requirements():
 
 def test_stage_copies_every_carried_file(tmp_path):
     require_artifacts()
-    pack = gpu_sources.pack_list(MODEL_REPOSITORY, DEFAULT_MODELS, SET)
+    pack = gpu_sources.pack_list(MODEL_REPOSITORY, None, SET)
     gpu_sources.stage(pack, tmp_path)
     for path in pack.files:
         assert (tmp_path / "files" / path).read_bytes() == (REPO_ROOT / path).read_bytes()
@@ -126,16 +126,16 @@ def test_stage_copies_every_carried_file(tmp_path):
 
 
 def test_a_program_without_declared_sources_or_a_plan_is_refused(monkeypatch):
-    pack = gpu_sources.pack_list(MODEL_REPOSITORY, DEFAULT_MODELS, SET)
+    pack = gpu_sources.pack_list(MODEL_REPOSITORY, None, SET)
     model = pack.gpu_built[0].split("/")[1]
     sources = dict(gpu_sources.GPU_SOURCES)
     del sources[model]
     monkeypatch.setattr(gpu_sources, "GPU_SOURCES", sources)
     with pytest.raises(gpu_sources.PackError, match=f"no sources for '{model}'"):
-        gpu_sources.pack_list(MODEL_REPOSITORY, DEFAULT_MODELS, SET)
+        gpu_sources.pack_list(MODEL_REPOSITORY, None, SET)
     # config.pbtxt (the set for NVIDIA's container) needs TensorRT plans: not for this host
     with pytest.raises(gpu_sources.PackError, match="make build-plans"):
-        gpu_sources.pack_list(MODEL_REPOSITORY, DEFAULT_MODELS, "")
+        gpu_sources.pack_list(MODEL_REPOSITORY, default_models(), "")
 
 
 def load_parts():

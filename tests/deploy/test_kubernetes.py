@@ -32,8 +32,8 @@ import yaml
 from tests.deploy.test_compose import _run_entrypoint as run_entrypoint_script
 from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
 from tritonrepo.server import preflight
+from tritonrepo.server.options import default_models
 from tritonrepo_client.cli import app as cli
-from tritonrepo_client.models import DEFAULT_MODELS
 
 K8S_DIR = REPO_ROOT / "deploy" / "kubernetes"
 OVERLAYS = ("gpu", "cpu")
@@ -246,7 +246,7 @@ def test_dev_shm_is_sized_for_the_python_backend(overlay: str) -> None:
     triton = container(spec, "triton")
     size = _sized_shm(spec, triton)
     config = "cpu" if overlay == "cpu" else None
-    closure = preflight.dependencies(MODEL_REPOSITORY, DEFAULT_MODELS, config)
+    closure = preflight.dependencies(MODEL_REPOSITORY, default_models(), config)
     need = preflight.python_instances(MODEL_REPOSITORY, closure, config)
     assert size >= need * preflight.SHM_PER_PYTHON_INSTANCE
     assert size == COMPOSE_SHM

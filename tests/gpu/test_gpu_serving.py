@@ -27,7 +27,6 @@ from tritonrepo.text import spec
 from tritonrepo.text.tokenization import TextTokenizer
 from tritonrepo_client import ClientError, EmbeddingClient, RankingClient, SessionClient
 from tritonrepo_client.control.repository import RepositoryClient
-from tritonrepo_client.models import DEFAULT_MODELS
 
 pytestmark = GPU_SERVER_MARKS
 PROTOCOLS = ["http", "grpc"]
@@ -56,8 +55,9 @@ def start(name: str, models: tuple[str, ...]):
 
 @pytest.fixture(scope="module")
 def gpu_server():
-    """The embedded server with the torch_gpu config set and the default models."""
-    with start("gpu", DEFAULT_MODELS) as server:
+    """The embedded server with the torch_gpu config set and the default models (every
+    described pipeline)."""
+    with start("gpu", ()) as server:
         yield server
 
 

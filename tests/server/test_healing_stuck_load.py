@@ -33,7 +33,7 @@ from tritonrepo.text import spec
 from tritonrepo_client import RepositoryClient, TritonConnection
 from tritonrepo_client.connection import ClientError
 from tritonrepo_client.control.healing.healer import Healer
-from tritonrepo_client.control.health import PROBES
+from tritonrepo_client.control.health import probe_for
 
 pytestmark = pytest.mark.server
 STUCK = "stuck_model"
@@ -94,7 +94,7 @@ def serves(server: TritonServer) -> str | None:
     """None when text_embedding answers its probe on a fresh connection, else the error."""
     with TritonConnection(server.options.http_url, "http", timeout_s=10.0) as conn:
         try:
-            PROBES[spec.ENSEMBLE](conn, spec.ENSEMBLE)
+            probe_for(conn, spec.ENSEMBLE)(conn, spec.ENSEMBLE)
         except ClientError as exc:
             return str(exc)
     return None

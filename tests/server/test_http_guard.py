@@ -26,11 +26,11 @@ import yaml
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import require_artifacts, server_options
+from tests.hostile_requests import probe_png
 from tritonrepo.paths import BUILD_DIR, REPO_ROOT
 from tritonrepo.server import http_guard_config
 from tritonrepo.server.http_guard import HttpGuard, guard_available
 from tritonrepo.server.launcher import LaunchError, TritonServer, free_port
-from tritonrepo_client.control.health import probe_png
 
 MODELS = ("text_embedding", "image_classification")
 TEXT_PATH = "/v2/models/text_embedding/infer"

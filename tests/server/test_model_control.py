@@ -22,7 +22,6 @@ from tritonrepo_client import (
     VersionNotLoaded,
     check_health,
 )
-from tritonrepo_client.models import DEFAULT_MODELS
 
 pytestmark = pytest.mark.server
 STEPS = (spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.NORMALIZE_MODEL)
@@ -119,9 +118,9 @@ def test_request_for_a_version_not_loaded_is_explained(control_server, protocol)
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_health_passes_with_a_real_inference(control_server, protocol):
     with TritonConnection(url(control_server, protocol), protocol) as conn:
-        checks = check_health(conn)
+        checks = check_health(conn, control_server.options.models)
     expected = ["live", "ready"]
-    for model in DEFAULT_MODELS:  # text_embedding, ctr_ranking, ctr_session
+    for model in control_server.options.models:  # every described pipeline, by name
         expected += [f"{model} ready", f"{model} inference"]
     assert [c.name for c in checks] == expected
     assert all(c.ok for c in checks), checks

@@ -31,7 +31,7 @@ from tritonrepo.text import spec
 from tritonrepo_client import RepositoryClient, TritonConnection
 from tritonrepo_client.connection import ClientError
 from tritonrepo_client.control.healing.healer import Healer
-from tritonrepo_client.control.health import PROBES
+from tritonrepo_client.control.health import probe_for
 
 pytestmark = pytest.mark.server
 RANKING, SESSION = ctr_spec.RANKING_ENSEMBLE, ctr_spec.SESSION_MODEL
@@ -73,7 +73,7 @@ class Load:
             while not self._stop.is_set():
                 start, error = time.monotonic(), None
                 try:
-                    PROBES[model](conn, model)
+                    probe_for(conn, model)(conn, model)
                 except ClientError as exc:
                     error = str(exc)
                 self.results.append((model, start, time.monotonic(), error))

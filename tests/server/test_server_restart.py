@@ -180,7 +180,7 @@ def classify_labels_with_class_count(url: str) -> None:
     the BYTES output LABELS (fixed after 24.10); sent straight to tritonserver."""
     import tritonclient.http as httpclient
 
-    from tritonrepo_client.control.health import probe_png
+    from tests.hostile_requests import probe_png
 
     client = httpclient.InferenceServerClient(url, network_timeout=REQUEST_DEADLINE_S)
     image = httpclient.InferInput("IMAGE", [1, 1], "BYTES")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
 from tritonrepo_client.model_repository import roles
 
 PROBE = 'parameters { key: "tritonrepo_probe" value { string_value: "{}" } }\n'
@@ -48,12 +48,9 @@ def test_top_level_models_are_those_no_step_or_call_uses(tmp_path):
     ]  # fmt: skip
 
 
-def test_served_models_declare_a_probe_or_have_a_built_in_one(tmp_path):
+def test_served_models_are_the_top_level_ones_that_declare_a_probe(tmp_path):
     repository = _repository(tmp_path)
     assert roles.served_models(repository) == ("pipe", "session")
-    assert roles.served_models(repository, built_in=("shipped", "pre")) == (
-        "pipe", "session", "shipped",
-    )  # fmt: skip
 
 
 def test_core_models_run_a_core_runtime_in_some_set(tmp_path):
@@ -63,8 +60,9 @@ def test_core_models_run_a_core_runtime_in_some_set(tmp_path):
 
 
 def test_the_checkout_serves_its_pipelines_and_not_their_steps():
-    served = set(roles.served_models(MODEL_REPOSITORY, built_in=("text_embedding",)))
-    assert {"text_embedding", "breast_cancer", "nudenet_detector", "digit_stream"} <= served
+    served = set(roles.served_models(MODEL_REPOSITORY))
+    described = {p.parent.name for p in (REPO_ROOT / "pipelines").glob("*/pipeline.toml")}
+    assert served == described  # every described pipeline, nothing else
     steps = {"text_embedding_tokenize", "ctr_model", "digit_stream_model", "image_preprocess"}
     assert not served & steps
     assert "image_classifier_resnet50" not in served  # a plan of its own, without a probe

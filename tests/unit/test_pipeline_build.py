@@ -77,3 +77,23 @@ def test_int8_builds_version_2_and_records_its_end_to_end_agreement(tmp_path):
     assert rows == 8 and 0 <= agreeing <= rows
     graph = (repo / "toy_model" / "2" / "model.onnx").read_bytes()
     assert b"QuantizeLinear" in graph  # really quantized
+
+
+def test_a_pipeline_builds_after_the_pipelines_whose_models_it_calls():
+    """ctr_session's core graph is made from ctr_ranking's ctr_model, so it builds after it in
+    any order the descriptions are found in; calls in a circle are refused, naming them."""
+    from dataclasses import replace
+
+    from builders.pipeline.build import PIPELINES, build_order
+    from tritonrepo.pipelines.description import DescriptionError, discover, load
+
+    described = [load(path) for path in discover(PIPELINES)]
+    for given in (described, described[::-1]):
+        names = [p.name for p in build_order(given)]
+        assert sorted(names) == sorted(p.name for p in described)
+        assert names.index("ctr_ranking") < names.index("ctr_session")
+    by_name = {p.name: p for p in described}
+    ranking = by_name["ctr_ranking"]
+    circle = replace(ranking, preprocess=replace(ranking.preprocess, calls=("ctr_session",)))
+    with pytest.raises(DescriptionError, match="a cycle among ctr_ranking, ctr_session"):
+        build_order([circle, by_name["ctr_session"]])

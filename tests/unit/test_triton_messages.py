@@ -6,6 +6,7 @@ stub-side code."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -169,8 +170,8 @@ def test_item_indices() -> None:
 
 # --- health: a probe refused for overload passes as busy --------------------------------------
 class FakeConnection:
-    """What health and the healer's probes call: the model is READY, declares no probe, and
-    every inference fails with ``error``."""
+    """What health and the healer's probes call: the model is READY, declares a probe (one
+    text, as text_embedding's config does), and every inference fails with ``error``."""
 
     def __init__(self, error: str) -> None:
         self.error = error
@@ -180,7 +181,11 @@ class FakeConnection:
         return True
 
     def model_config(self, model: str) -> dict[str, Any]:
-        return {}
+        probe = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": ["a"]}]}
+        return {
+            "parameters": {"tritonrepo_probe": {"string_value": json.dumps(probe)}},
+            "output": [{"name": "EMBEDDING"}],
+        }
 
     def infer(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str], **_: Any):
         self.inferences += 1

@@ -50,7 +50,6 @@ from tritonrepo.server.embedded_server import (
     terminate_with_parent,
 )
 from tritonrepo.server.options import (
-    DEFAULT_MODELS,
     GPU_CONFIG_SETS,
     GrpcServerTls,
     ServerOptions,
@@ -66,7 +65,6 @@ from tritonrepo.server.restart import CrashWatcher, ServerRestart, exit_cause, l
 from tritonrepo.server.supervisor import Supervisor
 
 __all__ = [
-    "DEFAULT_MODELS",
     "GPU_CONFIG_SETS",
     "GrpcServerTls",
     "LaunchError",

@@ -11,7 +11,6 @@ from pathlib import Path
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 from tritonrepo.server import repository_key
 from tritonrepo_client.model_repository.config_sets import gpu_pool_sizes
-from tritonrepo_client.models import DEFAULT_MODELS
 
 # Config sets that put Python-backend steps on the GPU, with the CUDA memory pool they need per
 # GPU (the table of config sets, ``ConfigSet.cuda_pool_bytes``): the Python backend moves GPU
@@ -99,10 +98,12 @@ class ServerOptions:
     that sends more than ``grpc_max_request_bytes`` bytes (``RESOURCE_EXHAUSTED``), ends TLS
     when ``grpc_tls`` is set, and forwards to ``tritonserver``'s gRPC endpoint on 127.0.0.1 on a
     private free port.
+    ``models``: the models to serve; empty = those of ``model_repository`` served by default
+    (:func:`default_models`).
     """
 
     model_repository: Path = MODEL_REPOSITORY
-    models: Sequence[str] = DEFAULT_MODELS
+    models: Sequence[str] = ()
     host: str = "127.0.0.1"
     http_port: int = 8000
     grpc_port: int = 8001
@@ -129,6 +130,10 @@ class ServerOptions:
     expose_grpc: bool = False
     grpc_guard: bool = False
     grpc_max_request_bytes: int = GRPC_MAX_REQUEST_BYTES
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            self.models = default_models(self.model_repository)
 
     @property
     def load_models(self) -> tuple[str, ...]:
@@ -204,11 +209,11 @@ class ServerOptions:
 def default_models(repository: Path = MODEL_REPOSITORY) -> tuple[str, ...]:
     """What ``make serve`` loads without ``--model``: the top-level models of ``repository``
     (neither an ensemble's step nor called through BLS) that declare their health probe
-    (parameter ``tritonrepo_probe``) or have a built-in one (:data:`DEFAULT_MODELS`), by name
-    (:func:`tritonrepo_client.model_repository.roles.served_models`). So a team's pipeline is
+    (parameter ``tritonrepo_probe``; a described pipeline's comes from its description), by
+    name (:func:`tritonrepo_client.model_repository.roles.served_models`). So a team's pipeline is
     served next to the shipped ones without listing them; the container's entrypoint
     (``docker/entrypoint.sh``) asks this list, and ``tritonrepo-client health`` probes every
     loaded model that declares a probe."""
     from tritonrepo_client.model_repository.roles import served_models
 
-    return served_models(repository, DEFAULT_MODELS)
+    return served_models(repository)

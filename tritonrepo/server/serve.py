@@ -21,7 +21,6 @@ from pathlib import Path
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
 from tritonrepo.server import repository_key
 from tritonrepo.server.launcher import (
-    DEFAULT_MODELS,
     GrpcServerTls,
     LaunchError,
     ServerOptions,
@@ -52,8 +51,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         dest="models",
         action="append",
         help="model to load at start (repeatable; default: every model no other one uses that "
-        "declares a health probe, or has a built-in one: "
-        f"{', '.join(DEFAULT_MODELS)}; tritonrepo.server.options.default_models)",
+        "declares a health probe: "
+        f"{', '.join(default_models())}; tritonrepo.server.options.default_models)",
     )
     p.add_argument(
         "--host",

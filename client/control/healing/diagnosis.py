@@ -54,8 +54,8 @@ def runs_in_stubs(config: dict[str, Any]) -> bool:
 
 
 def probe(conn: TritonConnection, model: str, rounds: int = 2) -> str | None:
-    """Model readiness, then the model's probe inference (the one its config declares, else the
-    built-in one: :func:`tritonrepo_client.control.health.probe_for`) ``rounds`` times (a model
+    """Model readiness, then the model's probe inference (the one its config declares:
+    :func:`tritonrepo_client.control.health.probe_for`) ``rounds`` times (a model
     with several instances may answer the first from a healthy one).
 
     Returns:

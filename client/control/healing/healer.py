@@ -44,7 +44,6 @@ from tritonrepo_client.control.healing.reports import ChangeLog, HealReport, Ste
 from tritonrepo_client.control.model_calls import used_models
 from tritonrepo_client.control.probe_declaration import PROBE_PARAMETER
 from tritonrepo_client.control.repository import RepositoryClient
-from tritonrepo_client.models import DEFAULT_MODELS
 from tritonrepo_client.triton_messages import Kind, kinds_in
 
 # The parameter whose new value makes Triton treat a reload as a config change.
@@ -66,8 +65,9 @@ class Healer:
 
     Args:
         repo: model-repository client (it sends the repository key the loads need).
-        models: served models to probe (default the shipped ensembles); every other loaded
-            model that declares a probe is probed too (:meth:`served_models`).
+        models: served models to probe even when they are not loaded (their probe then
+            reports them); every loaded model that declares a probe is probed too
+            (:meth:`served_models`).
         conn: connection for probes (default ``repo.connection``); give one with a short
             timeout so a hung server does not stall a pass for the repository's deadline.
         probe_rounds: probe inferences per served model per check (>= 1).
@@ -89,7 +89,7 @@ class Healer:
     def __init__(
         self,
         repo: RepositoryClient,
-        models: Sequence[str] = DEFAULT_MODELS,
+        models: Sequence[str] = (),
         conn: TritonConnection | None = None,
         probe_rounds: int = 2,
         max_attempts: int = 3,

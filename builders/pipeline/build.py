@@ -242,6 +242,9 @@ def build_order(pipelines: Sequence[Pipeline]) -> list[Pipeline]:
     owner = {model: p.name for p in pipelines for model in p.models if model}
     needs: dict[str, set[str]] = {}
     for p in pipelines:
+        if isinstance(p, GraphPipeline):  # its steps call only its own models
+            needs[p.name] = set()
+            continue
         called = {*p.preprocess.calls, *p.postprocess.calls}
         if p.core_state is not None:
             called.update(c.model for c in p.core_state.calls)
@@ -305,9 +308,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         if record is None:
             print(f"{pipeline.name}: up to date")
-        elif pipeline.core.builder is not None:
+        elif "models" not in record and pipeline.core.builder is not None:
             print(f"{pipeline.name}: {pipeline.core.builder} ran in {record['seconds']} s")
-        else:
+        else:  # a description of several models records their names
             built = record.get("models") or pipeline.core.model
             print(f"{pipeline.name}: {built} built in {record['seconds']} s, "
                   f"batch parity {record['parity_max_abs']}")  # fmt: skip

@@ -18,15 +18,27 @@ from tritonrepo_client.validation import parse_correlation_id
 
 
 def served_models(repo: RepositoryClient, conn: TritonConnection) -> list[str]:
-    """The models ``health`` checks by default: every loaded model whose config declares its
-    probe (every described pipeline's does), by name; none when the loaded models cannot be
-    listed (the server's statistics endpoint does not answer)."""
+    """The models ``health`` checks by default, by name: every loaded model whose config
+    declares its probe (every described pipeline's does), and every model that was loaded and
+    is not READY now (the repository index, with the key) that the local repository serves by
+    default (:func:`tritonrepo_client.model_repository.roles.served_models`): an ensemble whose
+    step was unloaded is reported, not skipped. Models the server never loaded are not checked.
+    None when the loaded models cannot be listed (the statistics endpoint does not answer)."""
     from tritonrepo_client.control.config_sets import probed_models
+    from tritonrepo_client.control.local import local_repository
+    from tritonrepo_client.model_repository.roles import served_models as served_by_default
 
     try:
-        return probed_models(repo, conn)
+        served = set(probed_models(repo, conn))
     except ClientError:
-        return []
+        served = set()
+    try:
+        dropped = {row.name for row in repo.index() if row.state and row.state != "READY"}
+    except ClientError:
+        return sorted(served)  # no key: what is loaded is all that can be known
+    if dropped:
+        served |= dropped & set(served_by_default(local_repository().model_repository))
+    return sorted(served)
 
 
 def health_command(args: argparse.Namespace) -> int:

@@ -179,9 +179,12 @@ def test_a_users_model_is_probed_only_through_the_probe_it_declares(strict_serve
             )
             assert "ok   ready: all 2 served models READY and answering" in out.stdout
             with TritonConnection(strict_server.options.http_url) as conn:
-                # The other loaded models that declare a probe: the described ctr pipelines.
-                declaring = [ctr_spec.RANKING_ENSEMBLE, ctr_spec.SESSION_MODEL, USER_ENSEMBLE]
+                # The other loaded models that declare a probe, by name: every pipeline the
+                # server serves (each declares one) and the user's ensemble.
+                served = strict_server.options.models
+                declaring = sorted({*served, USER_ENSEMBLE} - {spec.ENSEMBLE})
                 assert probed_models(repo, conn, [spec.ENSEMBLE]) == [spec.ENSEMBLE, *declaring]
+                assert {ctr_spec.RANKING_ENSEMBLE, ctr_spec.SESSION_MODEL} <= set(declaring)
 
             repo.load(USER_ENSEMBLE, user_ensemble_config(repo, wrong), files)
             out = cli(strict_server, "health", "--model", USER_ENSEMBLE)

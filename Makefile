@@ -57,6 +57,7 @@ $(STAMP): requirements.txt pyproject.toml
 		"packages pinned in requirements.txt and their dependencies into $(VENV)" \
 		"(about 3 min the first time)"
 	$(PY) -m pip install --progress-bar on -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps $$(sed -n 's/^# no-deps: *//p' requirements.txt)
 	$(PY) -m pip install --quiet --no-deps --editable .
 	touch $@
 

@@ -340,9 +340,11 @@ def pip_messages(stderr: str) -> str:
 
 def pinned_versions() -> dict[str, str]:
     """``{canonical name: version}`` of every ``==`` pin of requirements.txt that applies to the
-    images' Python."""
+    images' Python (``# no-deps: name==version`` lines included: `make setup` installs those
+    without their dependencies)."""
     pins: dict[str, str] = {}
     for raw in REQUIREMENTS.read_text().splitlines():
+        raw = raw.removeprefix("# no-deps:")  # a pin installed without its dependencies
         line = raw.split("#")[0].strip()
         if not line:
             continue

@@ -28,6 +28,7 @@ LAYERS = {
     "tritonrepo.pipelines.description": "description",
     "tritonrepo.pipelines.stateful": "description",
     "tritonrepo.pipelines.core_state": "description",
+    "tritonrepo.pipelines.graph_description": "description",
     "backends": "stub: backends",
     "model_repository": "stub: model.py",
     "tritonrepo.paths": "shared: paths",

@@ -53,6 +53,7 @@ from builders.pipeline.graph import ModelSourceError, obtain_model
 from builders.pipeline.in_process import InProcess, Replay
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo.pipelines.description import DescriptionError, Pipeline, discover, import_ref, load
+from tritonrepo.pipelines.graph_description import GraphPipeline
 from tritonrepo.server import stub_numpy
 
 PARITY_ATOL = 1e-4  # max |batch N - batch 1| per output element (FP32 ONNX Runtime, CPU)
@@ -176,6 +177,10 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
         ParityError: the batch parity check failed (nothing is left under the served name).
         subprocess.CalledProcessError: a ``builder`` module failed.
     """
+    if isinstance(pipeline, GraphPipeline):  # several core models
+        from builders.pipeline.build_graph import build_graph
+
+        return build_graph(pipeline, repository)
     core = pipeline.core
     if core.builder is not None:
         return module_build.build(pipeline, repository)
@@ -237,6 +242,9 @@ def build_order(pipelines: Sequence[Pipeline]) -> list[Pipeline]:
     owner = {model: p.name for p in pipelines for model in p.models if model}
     needs: dict[str, set[str]] = {}
     for p in pipelines:
+        if isinstance(p, GraphPipeline):  # its steps call only its own models
+            needs[p.name] = set()
+            continue
         called = {*p.preprocess.calls, *p.postprocess.calls}
         if p.core_state is not None:
             called.update(c.model for c in p.core_state.calls)
@@ -300,10 +308,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         if record is None:
             print(f"{pipeline.name}: up to date")
-        elif pipeline.core.builder is not None:
+        elif "models" not in record and pipeline.core.builder is not None:
             print(f"{pipeline.name}: {pipeline.core.builder} ran in {record['seconds']} s")
-        else:
-            print(f"{pipeline.name}: {pipeline.core.model} built in {record['seconds']} s, "
+        else:  # a description of several models records their names
+            built = record.get("models") or pipeline.core.model
+            print(f"{pipeline.name}: {built} built in {record['seconds']} s, "
                   f"batch parity {record['parity_max_abs']}")  # fmt: skip
     return 1 if failed else 0
 

@@ -36,6 +36,7 @@ from builders.pipeline import render
 from builders.pipeline.checks import Checked, check
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo.pipelines.description import DescriptionError, Pipeline, load
+from tritonrepo.pipelines.graph_description import GraphPipeline
 from tritonrepo.server import stub_numpy
 from tritonrepo_client.model_repository.config_sets import set_file
 
@@ -150,9 +151,16 @@ def plan(
         )
         if path.is_relative_to(repository):
             owned.add(path.relative_to(repository).parts[0])
-    checked = check(pipeline, repository, owned, force)
+    if isinstance(pipeline, GraphPipeline):  # several core models: [models.<key>], [[step]]
+        from builders.pipeline.checks_graph import check_graph
+        from builders.pipeline.render_graph import render_graph_files
+
+        checked_graph = check_graph(pipeline, repository, owned, force)
+        files = render_graph_files(pipeline, checked_graph, repository, REPO_ROOT)
+    else:
+        files = render_files(pipeline, check(pipeline, repository, owned, force), repository)
     changes = []
-    for path, text in render_files(pipeline, checked, repository).items():
+    for path, text in files.items():
         relative = (
             path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else str(path)
         )

@@ -35,7 +35,9 @@ def described_plan_models() -> dict[str, Pipeline]:
     """``{core model: pipeline}`` of the descriptions whose core this package builds (an
     ``onnx`` file or a ``build`` function; a ``builder`` core has its own plan code)."""
     pipelines = [load(path) for path in discover(PIPELINES)]
-    return {p.core.model: p for p in pipelines if p.core.builder is None}
+    return {  # the cores of a graph description get no plan yet (render_graph.NO_PLAN)
+        p.core.model: p for p in pipelines if isinstance(p, Pipeline) and p.core.builder is None
+    }
 
 
 def profile(pipeline: Pipeline, cfg: ModelConfig) -> Profile:

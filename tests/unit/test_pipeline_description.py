@@ -136,7 +136,8 @@ CASES = [
          ("give exactly one of onnx", "(got onnx, build)"), True),
     # --- calls: models a step class calls through BLS --------------------------------------
     Case("calls-from-a-function", sub(PRE, PRE + '\ncalls = ["other_model"]'),
-         "preprocess.calls", ("a function step cannot call a model", "step = 'module:Class'"),
+         "preprocess.calls", ("a function step calls models in a multi-model description",
+                              "[models.<key>]", "step = 'module:Class'"),
          True),
     Case("calls-itself", sub(POST, f'{STEP}\ncalls = ["toy_postprocess"]'), "postprocess.calls",
          ("'toy_postprocess' is its own model", "call another model"), True),

@@ -384,9 +384,10 @@ def _calls(r: _Reader, raw: Mapping[str, Any], where: str, step: str | None) -> 
     if names and step is None and "function" in raw:
         r.problem(
             field_name,
-            "a function step cannot call a model (the generator runs functions on the samples "
-            "in one process, without a server); use step = 'module:Class', a PythonStep "
-            "subclass that makes the BLS call (pb_utils.InferenceRequest), as ctr_session does",
+            "a function step calls models in a multi-model description: declare the model "
+            "in a [models.<key>] table and the steps as [[step]] (docs/models/"
+            "add_your_own_model.md); or use step = 'module:Class', a PythonStep subclass that "
+            "makes the BLS call (pb_utils.InferenceRequest), as ctr_session does",
         )
     return tuple(names)
 
@@ -660,6 +661,10 @@ def load(path: Path | str) -> Pipeline:
         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise DescriptionError(path, [f"not valid TOML: {exc}"]) from None
+    from tritonrepo.pipelines.graph_description import is_graph, parse_graph
+
+    if is_graph(data):  # [models.<key>] and [[step]]: several core models
+        return parse_graph(data, path.resolve())  # type: ignore[return-value]
     return parse(data, path.resolve())
 
 

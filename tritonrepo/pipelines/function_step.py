@@ -27,6 +27,7 @@ from tritonrepo.pipelines.function_calls import (
     load_function,
     output_specs,
 )
+from tritonrepo.pipelines.step_calls import ModelCallError, Models, Tensors, parse_models
 from tritonrepo.step.parameters import REQUIRED, Parameter
 from tritonrepo.step.python_step import Outputs, PythonStep
 
@@ -40,7 +41,9 @@ class FunctionStep(PythonStep):
     Config parameters (:attr:`PARAMETERS`): ``function`` (``package.module:function``, required)
     and ``code_root`` (directory put on ``sys.path``, relative to the model's folder, the one
     holding ``config.pbtxt``; default ``../..``, the checkout root for
-    ``model_repository/<model>/``).
+    ``model_repository/<model>/``); ``models`` (``key=model,...``, default none): the models the
+    function calls through BLS, then called ``function(inputs, models)``
+    (:mod:`tritonrepo.pipelines.step_calls`).
 
     Raises:
         FunctionImportError: from ``initialize``: the function cannot be loaded (the model's
@@ -67,6 +70,13 @@ class FunctionStep(PythonStep):
             "directory",
             "put on sys.path before importing the function; relative to the model's folder",
         ),
+        Parameter(
+            "models",
+            "str",
+            "",
+            "key=model,...",
+            "models the function calls through BLS: it is called function(inputs, models)",
+        ),
     )
 
     function: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
@@ -78,6 +88,10 @@ class FunctionStep(PythonStep):
         model_dir = self.version_dir.parent  # Path(args["model_repository"])
         code_root = Path(self.settings["code_root"])
         self.function = load_function(self.function_ref, model_dir / code_root)
+        names = parse_models(self.settings["models"])
+        if names:
+            function, models = self.function, Models(names, self._call_model)
+            self.function = lambda inputs: function(inputs, models)
         self.output_specs = output_specs(
             self.model_config["output"], int(self.model_config.get("max_batch_size", 1))
         )
@@ -87,3 +101,21 @@ class FunctionStep(PythonStep):
 
     def run(self, items: list[dict[str, np.ndarray]]) -> list[Outputs | Exception]:
         return call_batch(self.function, items, self.output_specs, ref=self.function_ref)
+
+    def _call_model(self, model: str, feeds: Tensors) -> Tensors:
+        """``model`` on ``feeds`` through BLS: all of its outputs, in host memory.
+
+        Raises:
+            ModelCallError: the model answered with an error.
+        """
+        pb = self.pb_utils
+        request = pb.InferenceRequest(
+            model_name=model,
+            requested_output_names=[],  # none named: every output comes back
+            inputs=[pb.Tensor(name, value) for name, value in feeds.items()],
+        )
+        response = request.exec()
+        if response.has_error():
+            raise ModelCallError(f"{model}: {response.error().message()}")
+        # Copied: the arrays of a BLS response live only as long as the response object.
+        return {t.name(): np.array(self.host_array(t)) for t in response.output_tensors()}

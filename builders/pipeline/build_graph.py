@@ -1,0 +1,95 @@
+"""Build the core models of a graph description (``[models.<key>]``; called by
+:func:`builders.pipeline.build.build`).
+
+For each core (an ``onnx`` file or a ``build`` function): the model is written to
+``<core>/<first served version>/model.onnx``; the samples run through the whole chain in one
+process (:class:`builders.pipeline.graph_in_process.GraphInProcess`), which records every
+feed each core gets (as an ensemble step or through a step's calls), and the batch parity
+check of :func:`builders.pipeline.build.parity` runs on each of those feeds; then
+``build_metadata.json`` records the pipeline, the source digest and the figures. A core whose
+recorded digest equals the current one is left as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from builders.metadata import BUILD_METADATA_FILE, write_metadata
+from builders.pipeline import build as single
+from builders.pipeline.graph import obtain_model
+from builders.pipeline.graph_in_process import GraphInProcess
+from tritonrepo.paths import REPO_ROOT
+from tritonrepo.pipelines.description import import_ref
+from tritonrepo.pipelines.graph_description import GraphPipeline
+
+
+def build_graph(pipeline: GraphPipeline, repository: Path) -> dict[str, Any] | None:
+    """Build every core of ``pipeline`` (module docstring); None when all are up to date.
+
+    Raises:
+        ModelSourceError: a model cannot be obtained.
+        ParityError: a batch parity check failed (nothing is left under the served name).
+    """
+    digest = single.source_digest(pipeline)  # type: ignore[arg-type]
+    folders = {k: repository / c.model / str(c.versions[0]) for k, c in pipeline.cores.items()}
+
+    def current(folder: Path) -> bool:
+        meta = folder / BUILD_METADATA_FILE
+        return (
+            (folder / "model.onnx").is_file()
+            and meta.is_file()
+            and json.loads(meta.read_text()).get("source_sha256") == digest
+        )
+
+    if all(current(f) for f in folders.values()):
+        return None
+    started = time.monotonic()
+    models = {k: obtain_model(pipeline.core_view(k)).SerializeToString() for k in pipeline.cores}
+    runner = GraphInProcess(pipeline, models)
+    runner.run(import_ref(pipeline.samples or "")())
+    figures: dict[str, dict[str, float]] = {}
+    for key, core in pipeline.cores.items():
+        folder = folders[key]
+        folder.mkdir(parents=True, exist_ok=True)
+        staged = folder / "model.onnx.tmp"
+        staged.write_bytes(models[key])
+        try:
+            for feeds in runner.cores[key].feeds:
+                for name, value in single.parity(staged, feeds).items():
+                    figures.setdefault(core.model, {})[name] = max(
+                        value, figures.get(core.model, {}).get(name, 0.0)
+                    )
+        except BaseException:
+            staged.unlink(missing_ok=True)
+            raise
+        target = folder / "model.onnx"
+        target.unlink(missing_ok=True)  # never write into a hard-linked file in place
+        staged.replace(target)
+        fields = {
+            "pipeline": pipeline.name,
+            "description": (
+                pipeline.source.relative_to(REPO_ROOT).as_posix()
+                if pipeline.source.is_relative_to(REPO_ROOT)
+                else str(pipeline.source)
+            ),
+            "source_sha256": digest,
+            "source": core.onnx or f"{core.build}()",
+            "parity_calls": len(runner.cores[key].feeds),
+            "parity_max_abs": figures.get(core.model, {}),
+            "seconds": round(time.monotonic() - started, 1),
+        }
+        write_metadata(
+            folder / BUILD_METADATA_FILE,
+            fields,
+            built_by=single.BUILT_BY,
+            libraries=single.LIBRARIES,
+            artifacts={"model.onnx": target},
+        )
+    return {
+        "models": ", ".join(c.model for c in pipeline.cores.values()),
+        "seconds": round(time.monotonic() - started, 1),
+        "parity_max_abs": figures,
+    }

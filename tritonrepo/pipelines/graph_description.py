@@ -1,0 +1,316 @@
+"""A pipeline of several core models: named ``[models.<key>]`` tables and a ``[[step]]`` list.
+
+A description with either of those reads into :class:`GraphPipeline` instead of the
+single-core :class:`~tritonrepo.pipelines.description.Pipeline` (a file with ``[preprocess]``,
+``[model]`` and ``[postprocess]`` keeps that shape). The steps become one ensemble; each
+takes tensors by name, the request's or those of steps listed before it (Triton starts a step
+when its tensors are there, so independent steps run at the same time)::
+
+    [models.detector]                  # any field of a [model] table; model = "<name>_detector"
+    build = "pipelines.ocr.models:detector"
+    same_shape_batches = true
+
+    [[step]]                           # a Python step: function (or step class), inputs, outputs
+    function = "pipelines.ocr.steps:preprocess"
+    inputs = ["IMAGE"]
+    outputs = [{ name = "det_input", dtype = "FP32", dims = [3, -1, -1] }]
+
+    [[step]]                           # a core step: graph tensor -> pipeline tensor
+    core = "detector"
+    inputs = { x = "det_input" }
+    outputs = { "sigmoid_0.tmp_0" = "det_map" }
+
+    [[step]]                           # a Python step may call declared models through BLS
+    function = "pipelines.ocr.steps:recognise"
+    inputs = ["det_map"]
+    calls = ["recogniser"]
+    outputs = [{ name = "TEXT", dtype = "BYTES", dims = [1] }]
+
+A core step's ``inputs``/``outputs`` map its graph's tensor names to the pipeline's (a graph
+tensor not listed keeps its own name); a Python step's ``calls`` lists ``[models.<key>]`` keys,
+and its function is then called ``function(inputs, models)``, ``models[key](tensors) ->
+tensors`` (:mod:`tritonrepo.pipelines.step_calls`). A model that no step runs must be called by
+one. The wiring against the graphs (names, dtypes, dims) is checked by the generator
+(``builders.pipeline.checks_graph``), which also runs the whole chain on the samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import tritonrepo.pipelines.description as single
+from tritonrepo.pipelines.description import (
+    DEFAULT_MAX_BATCH_SIZE,
+    NAME_PATTERN,
+    REF_PATTERN,
+    Core,
+    DescriptionError,
+    Step,
+    Tensor,
+)
+
+GRAPH_KEYS = ("models", "step")  # a description with either is a graph description
+
+
+@dataclass(frozen=True)
+class GraphStep:
+    """One step of the ensemble, in order: a Python step (``python`` set, ``inputs`` the
+    pipeline tensors it takes) or a core step (``core`` the ``[models.<key>]`` key;
+    ``input_map``/``output_map``: graph tensor name -> pipeline tensor name, only the renamed
+    ones)."""
+
+    index: int
+    python: Step | None = None
+    inputs: tuple[str, ...] = ()
+    core: str | None = None
+    input_map: Mapping[str, str] | None = None
+    output_map: Mapping[str, str] | None = None
+
+    @property
+    def where(self) -> str:
+        """The step's field in messages: ``step[i]``."""
+        return f"step[{self.index}]"
+
+
+@dataclass(frozen=True)
+class GraphPipeline:
+    """A whole graph description (:func:`parse_graph`); ``cores``: key -> core model."""
+
+    name: str
+    summary: str
+    doc: str
+    max_batch_size: int
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    cores: Mapping[str, Core]
+    steps: tuple[GraphStep, ...]
+    samples: str | None
+    probe: Mapping[str, Any] | None  # [probe]: the declared health probe (KServe v2 JSON)
+    tests: bool
+    source: Path
+    stateful: bool = False
+    sequence: None = None
+    session: None = None
+
+    @property
+    def folder(self) -> Path:
+        """The folder of the description (its code lives there too)."""
+        return self.source.parent
+
+    @property
+    def python_steps(self) -> tuple[GraphStep, ...]:
+        """The Python steps, in order."""
+        return tuple(s for s in self.steps if s.python is not None)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The model names: the ensemble, then each step's and core's model."""
+        steps = tuple(s.python.model for s in self.python_steps if s.python is not None)
+        return (self.name, *steps, *(c.model for c in self.cores.values()))
+
+    @property
+    def model_fields(self) -> tuple[str, ...]:
+        """The description's field naming each of :attr:`models`."""
+        steps = tuple(f"{s.where}.model" for s in self.python_steps)
+        return ("name", *steps, *(f"models.{key}.model" for key in self.cores))
+
+    def core_view(self, key: str) -> single.Pipeline:
+        """A single-core :class:`~tritonrepo.pipelines.description.Pipeline` around core
+        ``key`` (no steps), for the code that handles one core (model source, configs)."""
+        empty = Step("", None, None, (), {})
+        return single.Pipeline(
+            self.name,
+            self.summary,
+            self.doc,
+            self.max_batch_size,
+            self.inputs,
+            self.outputs,
+            empty,
+            self.cores[key],
+            empty,
+            self.samples,
+            False,
+            self.source,
+        )
+
+
+def is_graph(data: Mapping[str, Any]) -> bool:
+    """True when parsed TOML ``data`` is a graph description."""
+    return any(key in data for key in GRAPH_KEYS)
+
+
+_TOP_KEYS = (
+    "name",
+    "summary",
+    "doc",
+    "max_batch_size",
+    "input",
+    "output",
+    "models",
+    "step",
+    "samples",
+    "probe",
+    "tests",
+)
+
+
+def _ref_table(r: single._Reader, data: Mapping[str, Any], key: str) -> str | None:
+    if key not in data:
+        return None
+    table = data[key]
+    if not isinstance(table, dict):
+        r.problem(key, "must be a table with function = 'module:function'")
+        return None
+    r.unknown(table, ("function",), key)
+    ref = r.get(table, "function", key, str, None)
+    if ref is not None and not REF_PATTERN.match(ref):
+        r.problem(f"{key}.function", f"{ref!r} is not 'package.module:function'")
+    return ref
+
+
+def _cores(r: single._Reader, raw: Any, name: str, max_batch: int) -> dict[str, Core]:
+    if not isinstance(raw, dict) or not raw:
+        r.problem("models", "add one [models.<key>] table per core model (like [model])")
+        return {}
+    cores = {}
+    for key, table in raw.items():
+        if not NAME_PATTERN.match(key):
+            r.problem(f"models.{key}", "the key must be lower-case letters, digits and _")
+        sub = single._Reader()
+        core = single._core(sub, table, name, max_batch)
+        r.problems += [f"models.{key}{p[len('model') :]}" for p in sub.problems]
+        model = table.get("model") if isinstance(table, dict) else None
+        cores[key] = core if isinstance(model, str) else replace(core, model=f"{name}_{key}")
+    return cores
+
+
+def _names(r: single._Reader, raw: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not raw or not all(isinstance(n, str) for n in raw):
+        r.problem(where, f"{raw!r}: give a non-empty list of tensor names")
+        return ()
+    if len(set(raw)) != len(raw):
+        r.problem(where, f"{raw!r}: a tensor is listed twice")
+    return tuple(raw)
+
+
+def _map(r: single._Reader, raw: Any, where: str) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        r.problem(where, f"{raw!r}: give a table of graph tensor = 'pipeline tensor'")
+        return {}
+    return dict(raw)
+
+
+def _python_step(
+    r: single._Reader, raw: dict, where: str, name: str, cores: Mapping[str, Core]
+) -> tuple[Step, tuple[str, ...]]:
+    ref = raw.get("function") or raw.get("step") or ""
+    attribute = str(ref).rpartition(":")[2].lower()
+    own = {k: v for k, v in raw.items() if k not in ("inputs", "calls")}
+    step = single._step(r, own, where, f"{name}_{attribute}", True)
+    calls = raw.get("calls", [])
+    if not isinstance(calls, list) or not all(isinstance(c, str) for c in calls):
+        r.problem(f"{where}.calls", f"{calls!r}: give a list of [models.<key>] keys")
+        calls = []
+    for key in calls:
+        if key not in cores:
+            r.problem(
+                f"{where}.calls", f"'{key}' is not a [models.<key>] key; keys: {', '.join(cores)}"
+            )
+    if calls and step.function is None:
+        r.problem(
+            f"{where}.calls",
+            "a step class declares its calls with the model names; "
+            "use function = 'module:function' here",
+        )
+    inputs = _names(r, raw.get("inputs"), f"{where}.inputs")
+    return replace(step, calls=tuple(dict.fromkeys(calls))), inputs
+
+
+def _steps(r: single._Reader, raw: Any, name: str, cores: Mapping[str, Core]) -> list[GraphStep]:
+    if not isinstance(raw, list) or not raw:
+        r.problem("step", "add [[step]] tables, in the order they run")
+        return []
+    steps = []
+    for i, table in enumerate(raw):
+        where = f"step[{i}]"
+        if not isinstance(table, dict):
+            r.problem(where, "must be a table")
+            continue
+        if "core" in table:
+            r.unknown(table, ("core", "inputs", "outputs"), where)
+            key = r.get(table, "core", where, str, "")
+            if key not in cores:
+                r.problem(
+                    f"{where}.core",
+                    f"{key!r} is not a [models.<key>] key; keys: {', '.join(cores)}",
+                )
+            steps.append(
+                GraphStep(
+                    i,
+                    core=key,
+                    input_map=_map(r, table.get("inputs"), f"{where}.inputs"),
+                    output_map=_map(r, table.get("outputs"), f"{where}.outputs"),
+                )
+            )
+        else:
+            step, inputs = _python_step(r, table, where, name, cores)
+            steps.append(GraphStep(i, python=step, inputs=inputs))
+    return steps
+
+
+def parse_graph(data: Mapping[str, Any], source: Path) -> GraphPipeline:
+    """A :class:`GraphPipeline` from parsed TOML ``data`` (the module docstring's shape).
+
+    Raises:
+        DescriptionError: every structural problem, each naming its field and the fix.
+    """
+    r = single._Reader()
+    r.unknown(data, _TOP_KEYS, "")
+    name = r.get(data, "name", "", str, "")
+    if not NAME_PATTERN.match(name):
+        r.problem("name", f"{name!r}: give a lower-case name of letters, digits and _")
+    max_batch = r.get(data, "max_batch_size", "", int, DEFAULT_MAX_BATCH_SIZE)
+    if max_batch < 1:
+        r.problem("max_batch_size", f"{max_batch}: give 1 or more")
+    cores = _cores(r, data.get("models"), name, max_batch)
+    steps = _steps(r, data.get("step"), name, cores)
+    pipeline = GraphPipeline(
+        name=name,
+        summary=r.get(data, "summary", "", str, ""),
+        doc=r.get(data, "doc", "", str, ""),
+        max_batch_size=max_batch,
+        inputs=single._tensors(r, data.get("input"), "input"),
+        outputs=single._tensors(r, data.get("output"), "output"),
+        cores=cores,
+        steps=tuple(steps),
+        samples=_ref_table(r, data, "samples"),
+        probe=single._probe(r, data["probe"]) if "probe" in data else None,
+        tests=r.get(data, "tests", "", bool, True),
+        source=source,
+    )
+    if not pipeline.inputs or not pipeline.outputs:
+        r.problem("input", "add [[input]] and [[output]] tables (name, dtype, dims)")
+    names = pipeline.models
+    for model in {m for m in names if names.count(m) > 1}:
+        r.problem("step", f"model name '{model}' is used twice; set model = '...' to tell apart")
+    for model in names[1:]:
+        if not NAME_PATTERN.match(model):
+            r.problem("step", f"{model!r} is not a valid model name (lower-case, digits, _)")
+    used = {s.core for s in steps} | {c for s in steps if s.python for c in s.python.calls}
+    for key in cores:
+        if key not in used:
+            r.problem(
+                f"models.{key}",
+                "no step runs or calls it; add a [[step]] core = "
+                f"'{key}' or calls = ['{key}'], or drop the table",
+            )
+    if pipeline.samples is None and pipeline.tests:
+        r.problem("samples", "is missing; add [samples] function = 'module:function'")
+    if r.problems:
+        raise DescriptionError(source, r.problems)
+    return pipeline

@@ -224,7 +224,9 @@ def heal_command(args: argparse.Namespace) -> int:
             args.url, args.protocol, min(args.timeout, 60.0), tls_from_args(args)
         ) as conn,
     ):
-        healer = Healer(repo, args.models or (), conn, backoff_s=args.backoff)
+        healer = Healer(
+            repo, args.models or (), conn, backoff_s=args.backoff, only=bool(args.models)
+        )
         if not args.watch:
             report = healer.heal_once()
             _print_heal(report, report.lines())

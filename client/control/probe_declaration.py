@@ -20,8 +20,8 @@ value one of these, e.g. the candidates sent) and ``order`` (``"descending"`` or
 ``"ascending"`` along the last axis). Without ``outputs``, every output of the config is
 requested and must come back, numbers finite. BYTES input and expected items are UTF-8
 strings, or ``{"b64": "..."}`` for binary data (an image). A model with ``sequence_batching``
-gets the probe as a one-request sequence (START and END, a random numeric correlation ID),
-which leaves no state behind.
+gets the probe as a one-request sequence (START and END, a random numeric correlation ID below
+2^53, which a JSON reader in JavaScript keeps exact), which leaves no state behind.
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ class DeclaredProbe:
         extra: dict[str, Any] = {}
         if self.sequence:
             extra = {
-                "sequence_id": 1 + secrets.randbelow(2**63 - 1),
+                # Below 2^53: the HTTP guard reads JSON numbers as JavaScript doubles.
+                "sequence_id": 1 + secrets.randbelow(2**53 - 1),
                 "sequence_start": True,
                 "sequence_end": True,
             }

@@ -102,7 +102,10 @@ def test_health_reports_every_failing_model_and_exits_1(strict_server):
         repo.unload(ctr_spec.POSTPROCESS_MODEL)
         repo.wait_until(ctr_spec.POSTPROCESS_MODEL, [1], timeout_s=30)
         try:
-            out = cli(strict_server, "health")
+            # The served models named (an unload through the API takes a model out of the
+            # default list, which is what is loaded).
+            served = [arg for m in strict_server.options.models for arg in ("--model", m)]
+            out = cli(strict_server, "health", *served)
             assert out.returncode == 1, out.stdout
             assert f"FAIL ready: cannot serve: {ctr_spec.RANKING_ENSEMBLE}\n" in out.stdout
             # The ensemble is not READY without its step, or READY with a failing probe.

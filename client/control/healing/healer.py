@@ -84,6 +84,8 @@ class Healer:
         reload_timeout_s: deadline of one reload, seconds; a reload that misses it is
             abandoned and reported as failed, then as given up: it is not sent again by this
             healer (a second load of the model would wait behind the first).
+        only: probe ``models`` alone, not the other loaded models that declare a probe
+            (``tritonrepo-client heal --model``).
     """
 
     def __init__(
@@ -98,9 +100,11 @@ class Healer:
         dead_instances: Callable[[], Iterable[str]] | None = None,
         call_timeout_s: float = 10.0,
         reload_timeout_s: float = 120.0,
+        only: bool = False,
     ) -> None:
         self.repo = repo
         self.models = tuple(models)
+        self.only = only
         self._conn = conn
         self.probe_rounds = max(1, probe_rounds)
         self.max_attempts = max(1, max_attempts)
@@ -127,6 +131,8 @@ class Healer:
         Raises:
             ServerUnreachable: the server does not answer.
         """
+        if self.only:
+            return self.models
         extra = sorted(
             m
             for m in self._loaded() - set(self.models)

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tritonrepo.description import Pipeline, discover, load
 from tritonrepo.paths import PIPELINES
-from tritonrepo.pipelines.description import Pipeline, discover, load
 
 if TYPE_CHECKING:
     from tritonrepo_client.model_repository.configs import ModelConfig

@@ -12,6 +12,7 @@ import pytest
 from builders.gates import accuracy_gate
 from builders.pipeline import core_owners, plan_data, plan_feeds
 from builders.tensorrt import image_plan_data, plan_config
+from tritonrepo.image import spec as image_spec
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo_client.model_repository.configs import load_config
 
@@ -61,7 +62,8 @@ def test_every_plan_model_gets_feeds_from_exactly_one_place(model):
         assert feeds.tolerance == plan_data.RELATIVE_TOLERANCE
     else:
         assert feeds.profile(cfg) == plan_config.model_profile(model, cfg)
-        expected = image_plan_data.TOLERANCES if "image" in model else accuracy_gate.TOLERANCES
+        photos = model in image_spec.MODEL_PREPROCESSING  # the image classifiers
+        expected = image_plan_data.TOLERANCES if photos else accuracy_gate.TOLERANCES
         assert feeds.tolerance == expected
 
 

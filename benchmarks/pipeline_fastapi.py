@@ -37,8 +37,8 @@ from tritonclient.utils import triton_to_np_dtype
 
 from benchmarks.naive_server import NaiveServer
 from builders.pipeline.in_process import InProcess
+from tritonrepo.description import Pipeline, Tensor, load
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES
-from tritonrepo.pipelines.description import Pipeline, Tensor, load
 
 NAME_ENV = "PIPELINE_FASTAPI_NAME"  # the pipeline app_from_env() serves
 APP = "benchmarks.pipeline_fastapi:app_from_env()"  # gunicorn's factory-call syntax

@@ -63,8 +63,8 @@ import numpy as np
 from benchmarks import loadgen, machine
 from benchmarks.loadgen import Measurement
 from builders.pipeline.in_process import InProcess
+from tritonrepo.description import Pipeline, import_ref, load
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, PIPELINES, REPO_ROOT
-from tritonrepo.pipelines.description import Pipeline, import_ref, load
 
 DEFAULT_PIPELINES = ("breast_cancer", "nudenet_detector", "click_lightgbm")
 CONCURRENCY = (1, 16)

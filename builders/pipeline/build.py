@@ -51,9 +51,15 @@ from builders.onnx_export.quantization import quantize_qdq
 from builders.pipeline import module_build
 from builders.pipeline.graph import ModelSourceError, obtain_model
 from builders.pipeline.in_process import InProcess, Replay
+from tritonrepo.description import (
+    DescriptionError,
+    GraphPipeline,
+    Pipeline,
+    discover,
+    import_ref,
+    load,
+)
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
-from tritonrepo.pipelines.description import DescriptionError, Pipeline, discover, import_ref, load
-from tritonrepo.pipelines.graph_description import GraphPipeline
 from tritonrepo.server import stub_numpy
 
 PARITY_ATOL = 1e-4  # max |batch N - batch 1| per output element (FP32 ONNX Runtime, CPU)

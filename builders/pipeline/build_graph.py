@@ -21,9 +21,8 @@ from builders.metadata import BUILD_METADATA_FILE, write_metadata
 from builders.pipeline import build as single
 from builders.pipeline.graph import obtain_model
 from builders.pipeline.graph_in_process import GraphInProcess
+from tritonrepo.description import GraphPipeline, import_ref
 from tritonrepo.paths import REPO_ROOT
-from tritonrepo.pipelines.description import import_ref
-from tritonrepo.pipelines.graph_description import GraphPipeline
 
 
 def build_graph(pipeline: GraphPipeline, repository: Path) -> dict[str, Any] | None:

@@ -27,14 +27,14 @@ from builders.pipeline import declared
 from builders.pipeline.graph import GraphIO, ModelSourceError, graph_io, obtain_model
 from builders.pipeline.in_process import InProcess
 from builders.pipeline.render import CoreTensor
-from tritonrepo.paths import REPO_ROOT
-from tritonrepo.pipelines.description import (
+from tritonrepo.description import (
     DTYPES,
     DescriptionError,
     Pipeline,
     Tensor,
     import_ref,
 )
+from tritonrepo.paths import REPO_ROOT
 
 MIN_SAMPLE_ROWS = 8  # batch parity needs a batch; INT8 calibration and the tests use them too
 PROBE_LIMIT_BYTES = 64 * 1024  # the health probe's JSON in the ensemble config, at most
@@ -288,7 +288,7 @@ def check(pipeline: Pipeline, repository: Path, owned: set[str], force: bool = F
     """Every check of the module docstring, in one pass.
 
     Args:
-        pipeline: the description (:func:`tritonrepo.pipelines.description.load`).
+        pipeline: the description (:func:`tritonrepo.description.load`).
         repository: the model repository the models go into.
         owned: model folders this description already generated (a clash with them is fine).
         force: allow a clash with any existing model folder.

@@ -8,9 +8,8 @@ import difflib
 from collections.abc import Sequence
 from pathlib import Path
 
+from tritonrepo.description import DescriptionError, ModelCall, Tensor, discover, load
 from tritonrepo.paths import PIPELINES
-from tritonrepo.pipelines.core_state import ModelCall
-from tritonrepo.pipelines.description import DescriptionError, Tensor, discover, load
 
 
 def _described(model: str, pipelines: Path) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], str]:

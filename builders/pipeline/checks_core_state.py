@@ -32,7 +32,7 @@ from builders.pipeline.checks import (
 from builders.pipeline.checks_calls import check_calls
 from builders.pipeline.checks_stateful import _sessions
 from builders.pipeline.graph import ModelSourceError, graph_io
-from tritonrepo.pipelines.description import DTYPES, DescriptionError, Pipeline, Tensor
+from tritonrepo.description import DTYPES, DescriptionError, Pipeline, Tensor
 
 ATOL = 1e-5  # FP32 ONNX Runtime vs the reference's own FP32 run of the same network
 RTOL = 1e-5

@@ -22,8 +22,7 @@ from builders.pipeline import checks, declared
 from builders.pipeline.graph import ModelSourceError, graph_io, obtain_model
 from builders.pipeline.graph_in_process import GraphInProcess
 from builders.pipeline.render import CoreTensor
-from tritonrepo.pipelines.description import DescriptionError, Tensor
-from tritonrepo.pipelines.graph_description import GraphPipeline
+from tritonrepo.description import DescriptionError, GraphPipeline, Tensor
 
 
 @dataclass(frozen=True)

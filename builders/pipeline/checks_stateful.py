@@ -27,7 +27,7 @@ from builders.pipeline.checks import (
 )
 from builders.pipeline.graph import graph_io
 from builders.pipeline.in_process import Replay
-from tritonrepo.pipelines.description import DescriptionError, Pipeline
+from tritonrepo.description import DescriptionError, Pipeline
 
 MIN_SESSIONS = 2  # the generated tests interleave two sessions at least
 

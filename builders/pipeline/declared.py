@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable, Sequence
 
 from builders.pipeline.render import CoreTensor
-from tritonrepo.pipelines.description import Pipeline, Tensor
+from tritonrepo.description import Pipeline, Tensor
 from tritonrepo_client.control.probe_declaration import (
     PROBE_PARAMETER,
     InvalidProbe,

@@ -34,9 +34,8 @@ from builders.metadata import render as render_json
 from builders.metadata import write_atomic
 from builders.pipeline import render
 from builders.pipeline.checks import Checked, check
+from tritonrepo.description import DescriptionError, GraphPipeline, Pipeline, load
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
-from tritonrepo.pipelines.description import DescriptionError, Pipeline, load
-from tritonrepo.pipelines.graph_description import GraphPipeline
 from tritonrepo.server import stub_numpy
 from tritonrepo_client.model_repository.config_sets import set_file
 

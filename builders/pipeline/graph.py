@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tritonrepo.description import Pipeline, import_ref
 from tritonrepo.paths import REPO_ROOT
-from tritonrepo.pipelines.description import Pipeline, import_ref
 from tritonrepo_client.model_repository.dtypes import NAMES_BY_ONNX
 
 # ONNX TensorProto element types -> Triton data types (onnx.TensorProto.DataType).

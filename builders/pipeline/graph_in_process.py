@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tritonrepo.pipelines.description import import_ref
-from tritonrepo.pipelines.graph_description import GraphPipeline, GraphStep
+from tritonrepo.description import GraphPipeline, GraphStep, import_ref
 from tritonrepo.pipelines.step_calls import Models
 
 Tensors = dict[str, np.ndarray]

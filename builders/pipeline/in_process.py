@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tritonrepo.pipelines.description import Pipeline, import_ref
+from tritonrepo.description import Pipeline, import_ref
 
 Tensors = dict[str, np.ndarray]
 
@@ -24,7 +24,7 @@ class InProcess:
     """``pipeline`` around ``model`` (an ``.onnx`` path or the serialized graph).
 
     Args:
-        pipeline: the description (:func:`tritonrepo.pipelines.description.load`).
+        pipeline: the description (:func:`tritonrepo.description.load`).
         model: the core model.
         options: ``onnxruntime.SessionOptions`` (default: ONNX Runtime's).
     """

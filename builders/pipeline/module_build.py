@@ -33,8 +33,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tritonrepo.description import Pipeline
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
-from tritonrepo.pipelines.description import Pipeline
 
 STAMPS = BUILD_DIR / "pipeline-builds"
 # Top-level packages of this repository and the folder each lives in.

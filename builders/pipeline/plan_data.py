@@ -11,16 +11,17 @@ optimization profile, INT8 calibration feeds and accuracy gate, all from the des
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tritonrepo.paths import PIPELINES
-from tritonrepo.pipelines.description import Pipeline, discover, load
+from builders.pipeline.core_owners import described_pipelines
 
 if TYPE_CHECKING:
+    from builders.pipeline.plan_feeds import PlanFeeds
+    from tritonrepo.description import Pipeline
     from tritonrepo_client.model_repository.configs import ModelConfig
 
 Shape = tuple[int, ...]
@@ -34,10 +35,29 @@ RELATIVE_TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 5e-2}
 def described_plan_models() -> dict[str, Pipeline]:
     """``{core model: pipeline}`` of the descriptions whose core this package builds (an
     ``onnx`` file or a ``build`` function; a ``builder`` core has its own plan code)."""
-    pipelines = [load(path) for path in discover(PIPELINES)]
     return {  # the cores of a graph description get no plan yet (render_graph.NO_PLAN)
-        p.core.model: p for p in pipelines if isinstance(p, Pipeline) and p.core.builder is None
+        p.core.model: p for p in described_pipelines() if p.core.builder is None
     }
+
+
+def plan_feeds(pipeline: Pipeline) -> PlanFeeds:
+    """The plan feeds of a generic core (``builders.pipeline.plan_feeds.for_model``): profile,
+    calibration and gate of this module, from ``pipeline``'s description and samples."""
+    from builders.pipeline.plan_feeds import PlanFeeds
+
+    def calibration(plan_profile: Profile, onnx_path: Path) -> list[dict[str, np.ndarray]]:
+        return calibration_feeds(pipeline, plan_profile, onnx_path)
+
+    def gate(reference: Any, candidate: Any, precision: str, reference_path: Path) -> dict:
+        return run_gate(pipeline, reference, candidate, precision, reference_path)
+
+    return PlanFeeds(
+        profile=partial(profile, pipeline),
+        calibration=calibration,
+        gate=gate,
+        tolerance=RELATIVE_TOLERANCE,
+        source=__name__,
+    )
 
 
 def profile(pipeline: Pipeline, cfg: ModelConfig) -> Profile:

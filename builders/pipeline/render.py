@@ -12,7 +12,7 @@ import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tritonrepo.pipelines.description import Deployment, Pipeline, Step, Tensor
+from tritonrepo.description import Deployment, Pipeline, Step, Tensor
 from tritonrepo.server.queue_policy import CORE_CPU, CORE_GPU, STEP, LevelPolicy, QueuePolicy
 from tritonrepo_client.control.model_calls import CALLS_PARAMETER
 from tritonrepo_client.model_repository.config_sets import CONFIG_SETS, DEFAULT_SET, ConfigSet

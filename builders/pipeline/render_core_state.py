@@ -1,4 +1,4 @@
-"""The files of a pipeline with state in the core (:mod:`tritonrepo.pipelines.core_state`): one
+"""The files of a pipeline with state in the core (:mod:`tritonrepo.description.core_state`): one
 model under the session's name, whose ``config.pbtxt`` serves the stateful graph as a TensorRT
 plan with Triton's implicit state and whose ``configs/cpu.pbtxt`` and
 ``configs/torch_gpu.pbtxt`` serve the session step class (no I/O here)."""
@@ -15,7 +15,7 @@ from builders.pipeline.render import (
     _io,
     _parameters,
 )
-from tritonrepo.pipelines.description import Pipeline
+from tritonrepo.description import Pipeline
 from tritonrepo_client.control.model_calls import CALLS_PARAMETER
 from tritonrepo_client.model_repository.config_sets import DEFAULT_SET, set_file
 

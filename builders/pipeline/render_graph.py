@@ -18,7 +18,7 @@ from pathlib import Path
 
 from builders.pipeline import render
 from builders.pipeline.checks_graph import GraphChecked
-from tritonrepo.pipelines.graph_description import GraphPipeline, GraphStep
+from tritonrepo.description import GraphPipeline, GraphStep
 from tritonrepo.pipelines.step_calls import format_models
 from tritonrepo_client.model_repository.config_sets import set_file
 

@@ -1,11 +1,13 @@
 """TensorRT plans of the image classifiers: real-photo feeds (INT8 calibration, accuracy gate)
-and the gate itself, for ``builders/tensorrt/plans.py``.
+and the gate itself, for ``builders/tensorrt/plans.py`` (through ``builders.tensorrt.spec_feeds``,
+which the classifiers' builder ``builders/onnx_export/image.py`` names in ``PLAN_FEEDS``).
 
 The TensorRT builder image (``docker/Dockerfile.builder``) installs neither Pillow nor scikit-image,
 so ``make artifacts`` stores the photos already cropped and resized (uint8 RGB,
 ``tritonrepo.image.preprocess.crop_resize``, per model preprocessing) in ``PIXELS_FILE``
 (:func:`write_pixels`, called by ``builders/onnx_export/image.py``); the builder only normalises
-them (numpy). Calibration uses the same augmented photographs as the CPU INT8 version (seed 1), the
+them (numpy). Each model's preprocessing is ``spec.MODEL_PREPROCESSING[model]``. Calibration
+uses the same augmented photographs as the CPU INT8 version (seed 1), the
 gate other augmentations (seed 2) plus the named photos: real images, never random tensors.
 
 Gate figures, against ONNX Runtime FP32 on the FP32 export (version 1): top-1 agreement and max
@@ -31,8 +33,6 @@ from tritonrepo.paths import BUILD_DIR
 PIXELS_FILE = BUILD_DIR / "tensorrt" / "image_pixels.npz"
 CALIBRATION_IMAGES = 64  # 4 batches at the profile's OPT batch of 16
 GATE_IMAGES = 64
-# Plan model -> the key of spec.PREPROCESSING its pixels are normalised with.
-PLAN_MODELS = {spec.CORE_MODEL: "efficientnet_lite0", spec.RESNET50_MODEL: "resnet50"}
 
 Feed = dict[str, np.ndarray]
 
@@ -53,10 +53,11 @@ TOLERANCES = {
 
 
 def write_pixels(path: Path = PIXELS_FILE) -> Path:
-    """Crop and resize the calibration and gate photographs for every plan model's
-    preprocessing into ``path`` (``.npz``: ``<prep>_calibration`` and ``<prep>_gate``, uint8
+    """Crop and resize the calibration and gate photographs for the preprocessing of every
+    model the image builder writes (``builders.onnx_export.image.MODELS``) into ``path``
+    (``.npz``: ``<prep>_calibration`` and ``<prep>_gate``, uint8
     ``[n, 224, 224, 3]``). Needs Pillow and scikit-image (``make artifacts``)."""
-    from builders.onnx_export.image import AGREEMENT_SEED, CALIBRATION_SEED
+    from builders.onnx_export.image import AGREEMENT_SEED, CALIBRATION_SEED, MODELS
     from reference_data import photos
     from tritonrepo.image.preprocess import crop_resize, decode_image
 
@@ -64,7 +65,7 @@ def write_pixels(path: Path = PIXELS_FILE) -> Path:
     gate = photos.augmented_files(GATE_IMAGES, AGREEMENT_SEED)
     gate += [photos.photo_file(name) for name in photos.PHOTOS]
     arrays = {}
-    for key in sorted(set(PLAN_MODELS.values())):
+    for key in sorted({spec.MODEL_PREPROCESSING[model] for model in MODELS}):
         prep = spec.PREPROCESSING[key]
         for split, files in (("calibration", calibration), ("gate", gate)):
             arrays[f"{key}_{split}"] = np.stack([crop_resize(decode_image(f), prep) for f in files])
@@ -80,13 +81,13 @@ def pixels(model: str, split: str, path: Path = PIXELS_FILE) -> np.ndarray:
 
     Raises:
         FileNotFoundError: ``make artifacts`` has not written ``path``.
-        KeyError: ``model`` is not an image plan model.
+        KeyError: ``model`` is not an image classifier (``spec.MODEL_PREPROCESSING``).
     """
     from tritonrepo.image.normalise import normalise  # no Pillow in the builder image
 
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; build it with `make artifacts`")
-    key = PLAN_MODELS[model]
+    key = spec.MODEL_PREPROCESSING[model]
     with np.load(path) as data:
         return normalise(data[f"{key}_{split}"], spec.PREPROCESSING[key])
 

@@ -5,13 +5,17 @@ Usage::
     python -m builders.tensorrt.plans [--model NAME ...] [--precision fp16|int8|fp32]
                                       [--repository DIR] [--version N] [--workspace-gib G]
 
-Models (default: all): ``text_embedding_encoder``, ``ctr_model``, ``ctr_session`` (the step
-engine with the history as implicit state, from ``ctr_session/1/model.onnx``,
-``builders/onnx_export/ctr_session.py``), ``image_classifier`` (EfficientNet-Lite0) and
-``image_classifier_resnet50`` (calibration and gate on real photographs:
-``builders/tensorrt/image_plan_data.py``), and the core models of the described pipelines
-(``pipelines/*/pipeline.toml``: profile, calibration and gate from the description's samples,
-``builders/pipeline/plan_data.py``). Run it where the plans will serve: a plan is tied to the
+Models (default: all): every model whose ``config.pbtxt`` is a TensorRT plan
+(``builders.pipeline.plan_feeds.plan_models``): ``text_embedding_encoder``, ``ctr_model``,
+``ctr_session`` (the step engine with the history as implicit state, from
+``ctr_session/1/model.onnx``, ``builders/onnx_export/ctr_session.py``), ``image_classifier``
+(EfficientNet-Lite0) and ``image_classifier_resnet50``, and the described pipelines' cores.
+Each model's profile, calibration feeds and gate come from one place,
+``builders.pipeline.plan_feeds.for_model``: the function its builder module names in
+``PLAN_FEEDS`` (``builders/tensorrt/spec_feeds.py``: real texts and click-log rows,
+``builders/tensorrt/plan_data.py``; real photographs, ``builders/tensorrt/image_plan_data.py``),
+or for a core built from a description's ``onnx``/``build``, its samples
+(``builders/pipeline/plan_data.py``). Run it where the plans will serve: a plan is tied to the
 TensorRT version and GPU architecture it was built with. ``make build-plans`` runs it in
 ``nvcr.io/nvidia/tensorrt:26.05-py3`` (TensorRT 10.x, the release of the serving image
 ``nvcr.io/nvidia/tritonserver:26.05-py3``, ``docker/Dockerfile.builder``) on this machine's GPU;
@@ -21,8 +25,9 @@ NGC 26.06 and later ship TensorRT 11 (docs/deployment/container.md).
 Per model, ``build_plan``:
 
 1. reads the GPU ``config.pbtxt`` and the ONNX graph of ``<model>/<version>/model.onnx`` and
-   derives optimization profile 0 from them (``plan_config.model_profile``: max batch = the
-   config's ``max_batch_size``, sequence range from the model's spec); the config must agree
+   derives optimization profile 0 from them (the model's plan feeds, e.g.
+   ``plan_config.model_profile``: max batch = the config's ``max_batch_size``, sequence range
+   from the model's spec); the config must agree
    with the graph's I/O and the profile (``plan_config.check_config``/``check_profile``) before
    anything is built;
 2. builds the engine with Polygraphy (``network_from_onnx_path``, ``CreateConfig`` with the
@@ -31,13 +36,13 @@ Per model, ``build_plan``:
    later builds on the same TensorRT and GPU reuse the measured tactics). Precision ``fp16``
    sets the FP16 flag; ``int8`` sets INT8 and FP16 (layers without an INT8 kernel run in FP16,
    not FP32) with Polygraphy's ``Calibrator`` (entropy calibration 2) over real samples at the
-   profile's OPT shape (``builders.tensorrt.plan_data``), writing the calibration cache to
+   profile's OPT shape (the model's plan feeds), writing the calibration cache to
    ``build/tensorrt/<model>-v<version>-int8.calibration.cache``; ``fp32`` sets neither (TF32
    stays off). TensorRT 11 removed the FP16/INT8 flags, so only TensorRT 10.x is accepted;
 3. maps the engine's I/O tensors to config entries and fails if the GPU config disagrees
    (data types come from the engine, not from the precision flag);
-4. runs the accuracy gate (``builders.gates.accuracy_gate``): the engine against ONNX Runtime
-   FP32 on the FP32 export (version 1), tolerances per precision;
+4. runs the model's accuracy gate: the engine against ONNX Runtime FP32 on the FP32 export
+   (version 1), tolerances per precision;
 5. writes ``model.plan`` and ``plan_metadata.json`` next to the ONNX file, each through a
    temporary name and a rename, so a failed or interrupted build never leaves a half-written or
    an ungated plan under the served name.
@@ -67,6 +72,7 @@ from pathlib import Path
 
 from builders.file_digest import sha256
 from builders.metadata import write_metadata
+from builders.pipeline.plan_feeds import plan_models
 from builders.tensorrt import plan_config
 from builders.tensorrt.engine import CACHE_DIR, Backend, TensorRTBackend
 from tritonrepo.paths import MODEL_REPOSITORY
@@ -138,7 +144,7 @@ def build_plan(
     """Build, check, gate and write ``<repository>/<model>/<version>/model.plan``.
 
     Args:
-        model: one of ``plan_config.PLAN_MODELS``.
+        model: a model with plan feeds (``builders.pipeline.plan_feeds.for_model``).
         repository: the model repository (GPU ``config.pbtxt`` and the ONNX files).
         precision: ``"fp16"``, ``"int8"`` or ``"fp32"`` (see the module docstring).
         backend: :class:`TensorRTBackend` (tests pass a stand-in).
@@ -154,11 +160,11 @@ def build_plan(
             the config is not a TensorRT config. Nothing is written.
         accuracy_gate.GateFailed: the engine fails its precision's tolerance. Nothing is written.
         FileNotFoundError: the ONNX file or config is missing (``make artifacts``).
-        ValueError: unknown model or precision, or the spec's profile disagrees with the config.
+        ValueError: unknown model or precision, or the spec's profile disagrees with the config
+            (``plan_feeds.NoPlanFeeds``: no description or builder module owns the model).
     """
     from builders.gates import accuracy_gate
-    from builders.pipeline import plan_data as pipeline_plans
-    from builders.tensorrt import image_plan_data, plan_data
+    from builders.pipeline.plan_feeds import for_model
     from tritonrepo_client.model_repository.configs import load_config
 
     if precision not in PRECISIONS:
@@ -170,26 +176,14 @@ def build_plan(
     version_dir = repository / model / str(version)
     onnx_path = version_dir / "model.onnx"
     reference_path = repository / model / str(REFERENCE_VERSION) / "model.onnx"
+    feeds = for_model(model, repository)
     graph = plan_config.onnx_io(onnx_path)
-    described = pipeline_plans.described_plan_models().get(model)
-    if described is not None:  # a pipeline of pipelines/: everything from its description
-        profile = pipeline_plans.profile(described, cfg)
-    else:
-        profile = plan_config.model_profile(model, cfg)
+    profile = feeds.profile(cfg)
     problems = plan_config.check_config(cfg, graph) + plan_config.check_profile(profile, graph, cfg)
     if problems:
         raise PlanBuildError(f"{config_file} does not fit {onnx_path}: {'; '.join(problems)}")
 
-    calibration = None
-    if precision == "int8" and described is not None:
-        calibration = pipeline_plans.calibration_feeds(described, profile, onnx_path)
-    elif precision == "int8":
-        if (
-            model in image_plan_data.PLAN_MODELS
-        ):  # real photographs (builders/tensorrt/image_plan_data.py)
-            calibration = image_plan_data.calibration_feeds(model, profile)
-        else:
-            calibration = plan_data.calibration_feeds(model, profile, repository)
+    calibration = feeds.calibration(profile, onnx_path) if precision == "int8" else None
     cache = cache_dir / f"{model}-v{version}-int8.calibration.cache"
     plan, metadata_file = version_dir / PLAN_FILE, version_dir / METADATA_FILE
     temporaries = [_temporary(plan), _temporary(metadata_file), _temporary(cache)]
@@ -212,20 +206,7 @@ def build_plan(
         log(f"{model}: accuracy gate vs ONNX Runtime FP32 ({reference_path})")
         reference = accuracy_gate.onnxrt_runner(reference_path, "onnxruntime-fp32")
         candidate = backend.runner(engine, f"tensorrt-{precision}")
-        if described is not None:
-            accuracy = pipeline_plans.run_gate(
-                described, reference, candidate, precision, reference_path
-            )
-        elif model in image_plan_data.PLAN_MODELS:
-            accuracy = image_plan_data.run_gate(model, reference, candidate, precision)
-        else:
-            accuracy = accuracy_gate.run_gate(
-                model,
-                reference,
-                candidate,
-                accuracy_gate.TOLERANCES[precision],
-                plan_data.gate_data(model, repository),
-            )
+        accuracy = feeds.gate(reference, candidate, precision, reference_path)
         backend.save(engine, temporaries[0])
         facts = backend.facts()
         metadata = {
@@ -251,7 +232,7 @@ def build_plan(
                 "batches": len(calibration),
                 "shape": {k: list(v.shape) for k, v in calibration[0].items()},
                 "cache": str(cache),
-                "source": "builders.tensorrt.plan_data.calibration_feeds (real samples, OPT shape)",
+                "source": f"{feeds.source}.calibration_feeds (real samples, OPT shape)",
             }
         metadata = write_metadata(
             temporaries[1],
@@ -302,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command line. Exit 0 when every requested plan was built; 1 with one line per failure
     (or one line naming what is missing when TensorRT 10 is not here)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    models = (*plan_config.PLAN_MODELS, *described_plan_models(MODEL_REPOSITORY))
+    models = plan_models(MODEL_REPOSITORY)
     parser.add_argument(
         "--model", action="append", choices=models,
         help="a model to build (repeat for several; default: all)",

@@ -21,8 +21,8 @@ from benchmarks.pipeline_fastapi import (
     request_json,
 )
 from tests.pipeline_suite import assert_same, bad_value, in_process
+from tritonrepo.description import import_ref
 from tritonrepo.paths import BUILD_DIR
-from tritonrepo.pipelines.description import import_ref
 from tritonrepo.server.launcher import free_port
 
 PIPELINES = ["breast_cancer", "click_lightgbm", "nudenet_detector"]

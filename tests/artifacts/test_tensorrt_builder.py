@@ -61,7 +61,7 @@ def repository_copy(tmp_path: Path, models=plan_config.PLAN_MODELS) -> Path:
         shutil.copytree(
             MODEL_REPOSITORY / model,
             repo / model,
-            ignore=shutil.ignore_patterns("*.onnx", "*.plan", "*.json", "__pycache__"),
+            ignore=shutil.ignore_patterns("*.onnx", "*.plan", "*.json", "__pycache__", ".gitkeep"),
         )
         for onnx_file in (MODEL_REPOSITORY / model).glob("[0-9]*/model.onnx"):
             (repo / model / onnx_file.parent.name / "model.onnx").symlink_to(onnx_file)

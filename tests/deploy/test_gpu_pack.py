@@ -2,9 +2,10 @@
 
 For the ``torch_gpu`` set and the default models, every file the preflight checks must reach the
 host one of three ways: in git (the checkout), carried (built here by ``make artifacts``), or
-exported there from carried sources (``builders/gpu_sources.py``). The oracle for "in git" is
-``git ls-files``, and for the exporters' sources the paths and modules their code loads, not the
-table under test. No GPU, no network: the wheels themselves are not downloaded here.
+exported there from carried sources (``builders/gpu_sources.py``, reading each builder
+module's ``GPU_SOURCES``). The oracle for "in git" is ``git ls-files``, and for the exporters'
+sources the paths and modules their code loads, not the declarations under test. No GPU, no
+network: the wheels themselves are not downloaded here.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import pytest
 
 from builders import gpu_sources
+from builders.pipeline.core_owners import owner
 from tests.conftest import require_artifacts
 from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
 from tritonrepo.server import artifact_checks, preflight
@@ -73,7 +75,7 @@ def test_every_required_file_reaches_the_gpu_host():
         if artifact.build == artifact_checks.TRACKED:
             covered = path in tracked
         elif artifact.build == artifact_checks.MAKE_ARTIFACTS_GPU:
-            sources = gpu_sources.GPU_SOURCES.get(artifact.model)
+            sources = gpu_sources.declared_sources().get(artifact.model)
             covered = (
                 sources is not None
                 and path in pack.gpu_built
@@ -111,7 +113,7 @@ def test_source_wheels_are_pinned_in_requirements():
         re.sub(r"[-_.]+", "-", m.group(1)).lower()
         for m in re.finditer(r"^([A-Za-z0-9_.-]+)==", text, re.M)
     }
-    wheels = {w for s in gpu_sources.GPU_SOURCES.values() for w in s.wheels}
+    wheels = {w for s in gpu_sources.declared_sources().values() for w in s.wheels}
     assert wheels <= pins, wheels - pins
 
 
@@ -128,9 +130,10 @@ def test_stage_copies_every_carried_file(tmp_path):
 def test_a_program_without_declared_sources_or_a_plan_is_refused(monkeypatch):
     pack = gpu_sources.pack_list(MODEL_REPOSITORY, None, SET)
     model = pack.gpu_built[0].split("/")[1]
-    sources = dict(gpu_sources.GPU_SOURCES)
-    del sources[model]
-    monkeypatch.setattr(gpu_sources, "GPU_SOURCES", sources)
+    # The model's builder module (named by its description) stops declaring its sources.
+    builder = importlib.import_module(owner(model).builder)
+    sources = {m: s for m, s in builder.GPU_SOURCES.items() if m != model}
+    monkeypatch.setattr(builder, "GPU_SOURCES", sources)
     with pytest.raises(gpu_sources.PackError, match=f"no sources for '{model}'"):
         gpu_sources.pack_list(MODEL_REPOSITORY, None, SET)
     # config.pbtxt (the set for NVIDIA's container) needs TensorRT plans: not for this host

@@ -20,7 +20,7 @@ from builders.pipeline.build import build
 from tests.conftest import server_options
 from tests.unit.pipeline_fixtures.chain.description import CHAIN_PACKAGE, CHAIN_TOML
 from tests.unit.pipeline_fixtures.toy import model as toy_model
-from tritonrepo.pipelines.description import load
+from tritonrepo.description import load
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo_client import ClientError, PipelineClient, RepositoryClient
 

@@ -129,8 +129,9 @@ def test_pipelines_benchmarks_and_the_description_reader_have_their_rule():
         ("benchmarks/b.py", "tests.conftest"): True,
         ("benchmarks/b.py", "tests.pipeline_suite"): True,
         ("benchmarks/b.py", "tests.server.test_priority"): False,
-        ("tritonrepo/pipelines/description.py", "tritonrepo_client.model_repository.dtypes"): True,
-        ("tritonrepo/pipelines/function_step.py", "tritonrepo.pipelines.description"): False,
+        ("tritonrepo/description/schema.py", "tritonrepo_client.model_repository.dtypes"): True,
+        ("tritonrepo/pipelines/function_step.py", "tritonrepo.description"): False,
+        ("tritonrepo/pipelines/session_step.py", "tritonrepo.description.stateful"): False,
         ("builders/pipeline/build.py", "pipelines.breast_cancer.model"): True,
     }
     found = []
@@ -140,5 +141,5 @@ def test_pipelines_benchmarks_and_the_description_reader_have_their_rule():
     bad = {(i.path, i.module) for i in layers.violations(found)}
     assert {case: case not in bad for case in cases} == cases
     assert layers.layer("pipelines.breast_cancer.steps") == "pipelines"
-    assert layers.layer("tritonrepo.pipelines.stateful") == "description"
+    assert layers.layer("tritonrepo.description.stateful") == "description"
     assert layers.layer("tritonrepo.pipelines.session_step") == "stub: models"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from builders.pipeline import module_build
+from tritonrepo.description import load
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
-from tritonrepo.pipelines.description import load
 
 
 def _write(root: Path, relative: str, text: str = "") -> Path:

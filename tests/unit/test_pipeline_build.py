@@ -14,7 +14,7 @@ import pytest
 from builders.file_digest import sha256
 from builders.pipeline import build
 from tests.unit.pipeline_fixtures.workspace import PACKAGE, TOY_TOML
-from tritonrepo.pipelines.description import import_ref, load
+from tritonrepo.description import import_ref, load
 
 
 def toy(tmp_path: Path, **model_fields: str) -> object:
@@ -85,7 +85,7 @@ def test_a_pipeline_builds_after_the_pipelines_whose_models_it_calls():
     from dataclasses import replace
 
     from builders.pipeline.build import PIPELINES, build_order
-    from tritonrepo.pipelines.description import DescriptionError, discover, load
+    from tritonrepo.description import DescriptionError, discover, load
 
     described = [load(path) for path in discover(PIPELINES)]
     for given in (described, described[::-1]):

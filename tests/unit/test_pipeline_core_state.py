@@ -21,9 +21,8 @@ from builders.pipeline.checks_core_state import prove_events
 from builders.pipeline.render import step_config, step_view
 from builders.pipeline.render_core_state import graph_config, step_class_config
 from tests.unit.pipeline_fixtures.workspace import TOY_TOML
+from tritonrepo.description import DescriptionError, ModelCall, Tensor, load, parse
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES
-from tritonrepo.pipelines.core_state import ModelCall
-from tritonrepo.pipelines.description import DescriptionError, Tensor, load, parse
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -16,7 +16,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tests.unit.pipeline_fixtures.workspace import Workspace
-from tritonrepo.pipelines.description import DescriptionError
+from tritonrepo.description import DescriptionError
 from tritonrepo_client.control.probe_declaration import declared_probe
 
 PROBE = """

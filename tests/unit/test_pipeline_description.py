@@ -3,7 +3,7 @@
 
 The description is the toy pipeline of ``tests/unit/pipeline_fixtures`` (an ``onnx.helper``
 MatMul/Add/Identity graph, numpy steps, 8 samples), edited one field at a time. Structural
-problems come from ``tritonrepo.pipelines.description.load``; those needing the graph, the
+problems come from ``tritonrepo.description.load``; those needing the graph, the
 functions or the repository from ``builders.pipeline.checks.check`` (through ``generate.plan``).
 """
 
@@ -19,7 +19,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from builders.pipeline import generate
 from tests.unit.pipeline_fixtures.workspace import PACKAGE, TOY_TOML, Workspace, edited
-from tritonrepo.pipelines.description import DTYPES, DescriptionError, load, parse
+from tritonrepo.description import DTYPES, DescriptionError, load, parse
 
 
 @pytest.fixture

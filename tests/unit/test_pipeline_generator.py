@@ -21,8 +21,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from builders.pipeline import checks, generate
 from tests.unit.pipeline_fixtures.toy import samples as toy_samples
 from tests.unit.pipeline_fixtures.workspace import OTHER_CONFIG, PACKAGE, Workspace
+from tritonrepo.description import load
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
-from tritonrepo.pipelines.description import load
 from tritonrepo_client.control.probe_declaration import InvalidProbe, declared_probe
 from tritonrepo_client.model_repository.configs import check_ensemble
 

@@ -17,8 +17,7 @@ from tests.unit.pipeline_fixtures.chain import steps as chain_steps
 from tests.unit.pipeline_fixtures.chain.description import CHAIN_PACKAGE, CHAIN_TOML
 from tests.unit.pipeline_fixtures.toy import model as toy_model
 from tests.unit.pipeline_fixtures.workspace import Workspace
-from tritonrepo.pipelines.description import DescriptionError
-from tritonrepo.pipelines.graph_description import GraphPipeline
+from tritonrepo.description import DescriptionError, GraphPipeline
 from tritonrepo_client.control.model_calls import declared_calls
 from tritonrepo_client.model_repository.configs import check_ensemble
 

@@ -15,8 +15,8 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from builders.pipeline import generate
+from tritonrepo.description import DescriptionError, load
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES
-from tritonrepo.pipelines.description import DescriptionError, load
 from tritonrepo.pipelines.session_step import SessionStep
 from tritonrepo.step.parameters import parse
 from tritonrepo_client.control.probe_declaration import declared_probe

@@ -14,8 +14,8 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from builders.pipeline import generate
+from tritonrepo.description import load
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
-from tritonrepo.pipelines.description import load
 from tritonrepo_client.connection import ClientError
 from tritonrepo_client.control.probe_declaration import _check_output, declared_probe
 

@@ -81,6 +81,8 @@ RESNET50 = Preprocessing(
     (0.229 * 255, 0.224 * 255, 0.225 * 255),
 )
 PREPROCESSING = {"efficientnet_lite0": EFFICIENTNET_LITE0, "resnet50": RESNET50}
+# The preprocessing (a key of PREPROCESSING) each classifier was trained with.
+MODEL_PREPROCESSING = {CORE_MODEL: "efficientnet_lite0", RESNET50_MODEL: "resnet50"}
 
 # TensorRT optimization profile 0 of the image_classifier plans: (min, opt, max) of pixels
 # [batch, 3, 224, 224]; opt is the largest preferred batch size of the GPU config.

@@ -1,2 +1,3 @@
-"""Pipelines described once (``pipelines/<name>/pipeline.toml``): the description, and the
-generic step that runs its functions."""
+"""The steps of pipelines described once (``pipelines/<name>/pipeline.toml``): the generic steps
+that run a description's functions and sessions in Triton's stub (the description itself is read
+by :mod:`tritonrepo.description`)."""

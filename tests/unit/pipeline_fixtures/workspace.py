@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from builders.pipeline import generate
-from tritonrepo.pipelines.description import Pipeline, load
+from tritonrepo.description import Pipeline, load
 
 PACKAGE = "tests.unit.pipeline_fixtures.toy"
 TOY_TOML = f"""\

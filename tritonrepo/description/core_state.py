@@ -49,7 +49,7 @@ class ModelCall:
     against the called model's config or description."""
 
     model: str
-    inputs: tuple[Any, ...] = ()  # description.Tensor
+    inputs: tuple[Any, ...] = ()  # schema.Tensor
     outputs: tuple[Any, ...] = ()
 
 
@@ -67,13 +67,13 @@ class CoreState:
     step_class: str
     calls: tuple[ModelCall, ...]
     reference: str | None
-    deployments: Mapping[str, Any] = field(default_factory=dict)  # description.Deployment
+    deployments: Mapping[str, Any] = field(default_factory=dict)  # schema.Deployment
     max_candidate_sequences: int | None = None
 
 
 def parse_states(r: Any, raw: Any, dtypes: Mapping[str, str]) -> tuple[StateTensor, ...]:
     """The ``[[sequence.state]]`` tables, problems reported to ``r`` (a
-    ``description._Reader``)."""
+    ``tritonrepo.description.reader._Reader``)."""
     if not isinstance(raw, list) or not raw:
         r.problem("sequence.state", "must be a list of tables ([[sequence.state]])")
         return ()
@@ -135,7 +135,7 @@ def parse_core_state(
 ) -> CoreState | None:  # fmt: skip
     """The core-state part of a stateful description, or None when it has no
     ``[[sequence.state]]`` (state in a step). ``tensors``/``deployments`` are the description's
-    readers (passed in: this module does not import the description module)."""
+    readers (passed in: this module does not import the reader)."""
     sequence = data.get("sequence")
     session = data.get("session")
     if not isinstance(sequence, dict) or "state" not in sequence:
@@ -164,7 +164,7 @@ def parse_core_state(
                   "stateless answer to a session's last event (it proves the core graph event "
                   "by event)")  # fmt: skip
     calls = parse_calls(r, session.get("calls", []), "session.calls", tensors, name_pattern)
-    from tritonrepo.pipelines.description import Deployment
+    from tritonrepo.description.schema import Deployment
 
     own = {k: session[k] for k in ("instances", "parameters", "doc") if k in session}
     if "torch_gpu" in session:

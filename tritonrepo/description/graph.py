@@ -1,7 +1,7 @@
 """A pipeline of several core models: named ``[models.<key>]`` tables and a ``[[step]]`` list.
 
 A description with either of those reads into :class:`GraphPipeline` instead of the
-single-core :class:`~tritonrepo.pipelines.description.Pipeline` (a file with ``[preprocess]``,
+single-core :class:`~tritonrepo.description.schema.Pipeline` (a file with ``[preprocess]``,
 ``[model]`` and ``[postprocess]`` keeps that shape). The steps become one ensemble; each
 takes tensors by name, the request's or those of steps listed before it (Triton starts a step
 when its tensors are there, so independent steps run at the same time)::
@@ -41,13 +41,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import tritonrepo.pipelines.description as single
-from tritonrepo.pipelines.description import (
+from tritonrepo.description.model_tables import _core, _step
+from tritonrepo.description.reader import _probe, _Reader, _tensors
+from tritonrepo.description.schema import (
     DEFAULT_MAX_BATCH_SIZE,
     NAME_PATTERN,
     REF_PATTERN,
     Core,
     DescriptionError,
+    Pipeline,
     Step,
     Tensor,
 )
@@ -117,11 +119,11 @@ class GraphPipeline:
         steps = tuple(f"{s.where}.model" for s in self.python_steps)
         return ("name", *steps, *(f"models.{key}.model" for key in self.cores))
 
-    def core_view(self, key: str) -> single.Pipeline:
-        """A single-core :class:`~tritonrepo.pipelines.description.Pipeline` around core
+    def core_view(self, key: str) -> Pipeline:
+        """A single-core :class:`~tritonrepo.description.schema.Pipeline` around core
         ``key`` (no steps), for the code that handles one core (model source, configs)."""
         empty = Step("", None, None, (), {})
-        return single.Pipeline(
+        return Pipeline(
             self.name,
             self.summary,
             self.doc,
@@ -157,7 +159,7 @@ _TOP_KEYS = (
 )
 
 
-def _ref_table(r: single._Reader, data: Mapping[str, Any], key: str) -> str | None:
+def _ref_table(r: _Reader, data: Mapping[str, Any], key: str) -> str | None:
     if key not in data:
         return None
     table = data[key]
@@ -171,7 +173,7 @@ def _ref_table(r: single._Reader, data: Mapping[str, Any], key: str) -> str | No
     return ref
 
 
-def _cores(r: single._Reader, raw: Any, name: str, max_batch: int) -> dict[str, Core]:
+def _cores(r: _Reader, raw: Any, name: str, max_batch: int) -> dict[str, Core]:
     if not isinstance(raw, dict) or not raw:
         r.problem("models", "add one [models.<key>] table per core model (like [model])")
         return {}
@@ -179,15 +181,15 @@ def _cores(r: single._Reader, raw: Any, name: str, max_batch: int) -> dict[str, 
     for key, table in raw.items():
         if not NAME_PATTERN.match(key):
             r.problem(f"models.{key}", "the key must be lower-case letters, digits and _")
-        sub = single._Reader()
-        core = single._core(sub, table, name, max_batch)
+        sub = _Reader()
+        core = _core(sub, table, name, max_batch)
         r.problems += [f"models.{key}{p[len('model') :]}" for p in sub.problems]
         model = table.get("model") if isinstance(table, dict) else None
         cores[key] = core if isinstance(model, str) else replace(core, model=f"{name}_{key}")
     return cores
 
 
-def _names(r: single._Reader, raw: Any, where: str) -> tuple[str, ...]:
+def _names(r: _Reader, raw: Any, where: str) -> tuple[str, ...]:
     if not isinstance(raw, list) or not raw or not all(isinstance(n, str) for n in raw):
         r.problem(where, f"{raw!r}: give a non-empty list of tensor names")
         return ()
@@ -196,7 +198,7 @@ def _names(r: single._Reader, raw: Any, where: str) -> tuple[str, ...]:
     return tuple(raw)
 
 
-def _map(r: single._Reader, raw: Any, where: str) -> dict[str, str]:
+def _map(r: _Reader, raw: Any, where: str) -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
@@ -206,12 +208,12 @@ def _map(r: single._Reader, raw: Any, where: str) -> dict[str, str]:
 
 
 def _python_step(
-    r: single._Reader, raw: dict, where: str, name: str, cores: Mapping[str, Core]
+    r: _Reader, raw: dict, where: str, name: str, cores: Mapping[str, Core]
 ) -> tuple[Step, tuple[str, ...]]:
     ref = raw.get("function") or raw.get("step") or ""
     attribute = str(ref).rpartition(":")[2].lower()
     own = {k: v for k, v in raw.items() if k not in ("inputs", "calls")}
-    step = single._step(r, own, where, f"{name}_{attribute}", True)
+    step = _step(r, own, where, f"{name}_{attribute}", True)
     calls = raw.get("calls", [])
     if not isinstance(calls, list) or not all(isinstance(c, str) for c in calls):
         r.problem(f"{where}.calls", f"{calls!r}: give a list of [models.<key>] keys")
@@ -231,7 +233,7 @@ def _python_step(
     return replace(step, calls=tuple(dict.fromkeys(calls))), inputs
 
 
-def _steps(r: single._Reader, raw: Any, name: str, cores: Mapping[str, Core]) -> list[GraphStep]:
+def _steps(r: _Reader, raw: Any, name: str, cores: Mapping[str, Core]) -> list[GraphStep]:
     if not isinstance(raw, list) or not raw:
         r.problem("step", "add [[step]] tables, in the order they run")
         return []
@@ -269,7 +271,7 @@ def parse_graph(data: Mapping[str, Any], source: Path) -> GraphPipeline:
     Raises:
         DescriptionError: every structural problem, each naming its field and the fix.
     """
-    r = single._Reader()
+    r = _Reader()
     r.unknown(data, _TOP_KEYS, "")
     name = r.get(data, "name", "", str, "")
     if not NAME_PATTERN.match(name):
@@ -284,12 +286,12 @@ def parse_graph(data: Mapping[str, Any], source: Path) -> GraphPipeline:
         summary=r.get(data, "summary", "", str, ""),
         doc=r.get(data, "doc", "", str, ""),
         max_batch_size=max_batch,
-        inputs=single._tensors(r, data.get("input"), "input"),
-        outputs=single._tensors(r, data.get("output"), "output"),
+        inputs=_tensors(r, data.get("input"), "input"),
+        outputs=_tensors(r, data.get("output"), "output"),
         cores=cores,
         steps=tuple(steps),
         samples=_ref_table(r, data, "samples"),
-        probe=single._probe(r, data["probe"]) if "probe" in data else None,
+        probe=_probe(r, data["probe"]) if "probe" in data else None,
         tests=r.get(data, "tests", "", bool, True),
         source=source,
     )

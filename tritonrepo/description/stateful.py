@@ -26,7 +26,7 @@ MAX_IDLE_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer is a session nobody close
 # per session the store may hold, so that a new session past max_sessions reaches the model and
 # is refused with an error instead of waiting in Triton's backlog for a slot.
 CANDIDATE_SEQUENCES_PER_SESSION = 2
-# Fields of state in the core (tritonrepo.pipelines.core_state), read there.
+# Fields of state in the core (tritonrepo.description.core_state), read there.
 CORE_STATE_SEQUENCE_KEYS = ("state", "max_candidate_sequences")
 CORE_STATE_SESSION_KEYS = ("step_class", "reference", "calls", "parameters", "torch_gpu")
 
@@ -69,7 +69,8 @@ class SessionSpec:
 
 
 def parse_sequence(r: Any, raw: Any) -> SequenceSpec:
-    """The ``[sequence]`` table, problems reported to ``r`` (a ``description._Reader``)."""
+    """The ``[sequence]`` table, problems reported to ``r`` (a
+    ``tritonrepo.description.reader._Reader``)."""
     where = "sequence"
     if not isinstance(raw, dict):
         r.problem(where, "must be a table ([sequence] idle_timeout_s = ...)")
@@ -145,7 +146,7 @@ def parse_session(r: Any, raw: Any, name: str, ref_pattern: re.Pattern[str]) -> 
               where)  # fmt: skip
     step = r.get(raw, "step", where, str, "")
     if "step_class" in raw:
-        pass  # state in the core: tritonrepo.pipelines.core_state reads it
+        pass  # state in the core: tritonrepo.description.core_state reads it
     elif not step:
         r.problem(f"{where}.step", "is missing; give step = 'package.module:function', a "
                   "function step(state, inputs) -> (state, outputs)")  # fmt: skip

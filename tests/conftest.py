@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
+from tritonrepo.description import discover, load
+from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, PIPELINES
 from tritonrepo.server.launcher import ServerOptions, TritonServer, free_port
 from tritonrepo.text import spec
 
@@ -42,12 +43,20 @@ def require_artifacts() -> None:
             pytest.fail(f"{onnx_file} is missing: run `make artifacts` (make test does it)")
 
 
+# What the test servers serve unless a test names its models: the pipelines whose tests are this
+# repository's server tests (`tests = false` in their description: text_embedding, ctr_ranking,
+# ctr_session, image_classification). The other described pipelines' generated tests start
+# servers of their own (tests/pipeline_suite.py), so the shared servers do not load them.
+SERVER_TESTED = tuple(p.name for p in map(load, discover(PIPELINES)) if not p.tests)
+
+
 def server_options(name: str = "tritonserver", **overrides) -> ServerOptions:
-    """Options for a test server on free ports with a random repository key, logging to
-    build/test-logs/<name>.log (<name>-<worker>.log on a pytest-xdist worker: each worker has
-    a session server of its own)."""
+    """Options for a test server on free ports with a random repository key, serving
+    :data:`SERVER_TESTED`, logging to build/test-logs/<name>.log (<name>-<worker>.log on a
+    pytest-xdist worker: each worker has a session server of its own)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     defaults = {
+        "models": SERVER_TESTED,
         "http_port": free_port(),
         "grpc_port": free_port(),
         "metrics_port": free_port(),

@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks import loadgen
+from benchmarks.foreign_load import ForeignLoad
 from benchmarks.pipeline_fastapi import PipelineFastApi, answer_arrays, layouts, request_json
-from benchmarks.pipelines import CONCURRENCY, WARMUP_S, ForeignLoad, Row, check_outputs
+from benchmarks.pipelines_served import CONCURRENCY, WARMUP_S, Row, check_outputs
 from tritonrepo.description import Pipeline
 from tritonrepo.server.launcher import free_port
 

@@ -20,16 +20,14 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from builders.pipeline.checks import (
+from builders.pipeline.checks import Checked, _check_clashes, _import
+from builders.pipeline.checks_calls import check_calls
+from builders.pipeline.checks_samples import (
     PROBE_LIMIT_BYTES,
-    Checked,
-    _check_clashes,
-    _import,
     _where,
     probe_json,
     quiet_session_options,
 )
-from builders.pipeline.checks_calls import check_calls
 from builders.pipeline.checks_stateful import _sessions
 from builders.pipeline.graph import ModelSourceError, graph_io
 from tritonrepo.description import DTYPES, DescriptionError, Pipeline, Tensor

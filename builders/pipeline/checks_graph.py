@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from builders.pipeline import checks, declared
+from builders.pipeline import checks, checks_samples, declared
 from builders.pipeline.graph import ModelSourceError, graph_io, obtain_model
 from builders.pipeline.graph_in_process import GraphInProcess
 from builders.pipeline.render import CoreTensor
@@ -166,7 +166,7 @@ def _run_chain(
     pipeline: GraphPipeline, models: Mapping[str, Any], samples: dict, problems: list[str]
 ) -> None:
     """The samples through every step, each hand-over checked against the wiring."""
-    options = checks.quiet_session_options()
+    options = checks_samples.quiet_session_options()
     runner = GraphInProcess(
         pipeline, {k: m.SerializeToString() for k, m in models.items()}, options
     )
@@ -179,11 +179,13 @@ def _run_chain(
             out = runner.run_step(step, tensors)
         except Exception as exc:
             what = step.python.ref if step.python is not None else f"core '{step.core}'"
-            problems.append(f"{where}: {what} failed on the samples{checks._where(exc)}: {exc!r}")
+            problems.append(
+                f"{where}: {what} failed on the samples{checks_samples._where(exc)}: {exc!r}"
+            )
             return
         if step.python is not None:
             field = f"{where}.function"
-            checks._compare(
+            checks_samples._compare(
                 out, step.python.outputs, field, "declared in its outputs", problems, None
             )
             extra = sorted(set(out) - {t.name for t in step.python.outputs})
@@ -195,11 +197,11 @@ def _run_chain(
         else:
             io = graph_io(models[step.core])
             core = runner.cores[step.core or ""]
-            checks._check_declared_outputs(io, core.names, core.last, problems)
+            checks_samples._check_declared_outputs(io, core.names, core.last, problems)
         if problems:
             return
         tensors.update(out)
-    checks._compare(
+    checks_samples._compare(
         tensors,
         pipeline.outputs,
         "output",
@@ -220,30 +222,30 @@ def _samples(pipeline: GraphPipeline, problems: list[str]) -> tuple[dict | None,
     try:
         samples = make()
     except Exception as exc:
-        problems.append(f"samples.function: failed{checks._where(exc)}: {exc!r}")
+        problems.append(f"samples.function: failed{checks_samples._where(exc)}: {exc!r}")
         return None, None
     if not isinstance(samples, dict):
         problems.append("samples.function: must return {input name: batch-first array}")
         return None, None
-    checks._compare(
+    checks_samples._compare(
         samples, pipeline.inputs, "samples.function", "the request tensor", problems, "the samples"
     )
     counts = {len(np.asarray(v)) for v in samples.values()}
-    if len(counts) != 1 or min(counts) < checks.MIN_SAMPLE_ROWS:
+    if len(counts) != 1 or min(counts) < checks_samples.MIN_SAMPLE_ROWS:
         problems.append(
             f"samples.function: returns {sorted(counts)} rows; give at least "
-            f"{checks.MIN_SAMPLE_ROWS}, the same number in every tensor"
+            f"{checks_samples.MIN_SAMPLE_ROWS}, the same number in every tensor"
         )
     if problems:
         return None, None
     if declared_probe is not None:
         return samples, declared_probe
-    probe = checks.probe_json(pipeline, samples)  # type: ignore[arg-type]
-    if len(probe) > checks.PROBE_LIMIT_BYTES:
+    probe = checks_samples.probe_json(pipeline, samples)  # type: ignore[arg-type]
+    if len(probe) > checks_samples.PROBE_LIMIT_BYTES:
         problems.append(
             f"samples.function: the smallest sample request is {len(probe)} bytes as JSON, over "
-            f"{checks.PROBE_LIMIT_BYTES} for the health probe in the config; declare a smaller "
-            "one in a [probe] table"
+            f"{checks_samples.PROBE_LIMIT_BYTES} for the health probe in the config; declare a "
+            "smaller one in a [probe] table"
         )
     return samples, probe
 

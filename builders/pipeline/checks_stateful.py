@@ -11,19 +11,21 @@ from typing import Any
 import numpy as np
 
 from builders.pipeline.checks import (
-    MIN_SAMPLE_ROWS,
-    PROBE_LIMIT_BYTES,
     Checked,
     _check_clashes,
-    _check_declared_outputs,
-    _compare,
     _core_graph,
     _core_tensors,
     _import,
+    tensorrt_parses,
+)
+from builders.pipeline.checks_samples import (
+    MIN_SAMPLE_ROWS,
+    PROBE_LIMIT_BYTES,
+    _check_declared_outputs,
+    _compare,
     _where,
     probe_json,
     quiet_session_options,
-    tensorrt_parses,
 )
 from builders.pipeline.graph import graph_io
 from builders.pipeline.in_process import Replay

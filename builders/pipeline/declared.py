@@ -18,7 +18,7 @@ from tritonrepo_client.control.probe_declaration import (
     declared_probe,
 )
 
-PROBE_LIMIT_BYTES = 64 * 1024  # the probe's JSON in the config, at most (checks.py's limit)
+PROBE_LIMIT_BYTES = 64 * 1024  # the probe's JSON in the config, at most (checks_samples.py's limit)
 
 
 def probe_json(pipeline: Pipeline, problems: list[str]) -> str | None:

@@ -15,9 +15,9 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from builders.pipeline import generate
-from builders.pipeline.checks import probe_json
 from builders.pipeline.checks_calls import check_calls
 from builders.pipeline.checks_core_state import prove_events
+from builders.pipeline.checks_samples import probe_json
 from builders.pipeline.render import step_config, step_view
 from builders.pipeline.render_core_state import graph_config, step_class_config
 from tests.unit.pipeline_fixtures.workspace import TOY_TOML

@@ -8,7 +8,7 @@ import difflib
 from collections.abc import Sequence
 from pathlib import Path
 
-from tritonrepo.description import DescriptionError, ModelCall, Tensor, discover, load
+from tritonrepo.description import DescriptionError, ModelCall, Pipeline, Tensor, discover, load
 from tritonrepo.paths import PIPELINES
 
 
@@ -20,7 +20,7 @@ def _described(model: str, pipelines: Path) -> tuple[tuple[Tensor, ...], tuple[T
             pipeline = load(path)
         except DescriptionError:
             continue  # its own run reports it
-        if pipeline.core.model == model and pipeline.core.inputs:
+        if isinstance(pipeline, Pipeline) and pipeline.core.model == model and pipeline.core.inputs:
             return pipeline.core.inputs, pipeline.core.outputs, path.parent.name
     return (), (), ""
 

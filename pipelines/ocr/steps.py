@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from PIL import Image
 from rapidocr_onnxruntime.ch_ppocr_det import TextDetector
 from rapidocr_onnxruntime.ch_ppocr_det.utils import DBPostProcess
 from rapidocr_onnxruntime.ch_ppocr_rec import TextRecognizer
@@ -93,7 +94,7 @@ def preprocess(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     for row, item in enumerate(np.asarray(inputs["IMAGE"]).reshape(len(inputs["IMAGE"]), -1)):
         try:
             img = LoadImage()(bytes(item[0]))
-        except (LoadImageError, OSError, ValueError) as exc:
+        except (LoadImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
             raise ValueError(f"IMAGE row {row}: not an image Pillow can read ({exc})") from None
         raw_h, raw_w = img.shape[:2]
         img, ratio_h, ratio_w = glue.preprocess(img)

@@ -84,3 +84,28 @@ def test_images_of_two_sizes_in_one_request_get_a_clear_error(server, images):
             client.infer({"IMAGE": mixed})
         alone = client.infer({"IMAGE": np.asarray([[images[0]]], dtype=object)})
     assert alone["TEXT"][0, 0], "served nothing after the refused request"
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG whose IHDR claims ``width`` x ``height`` (8-bit RGB), with a few bytes of data."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        return struct.pack(">I", len(data)) + kind + data + crc
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    body = chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(bytes(10))) + chunk(b"IEND", b"")
+    return b"\x89PNG\r\n\x1a\n" + body
+
+
+def test_an_image_over_pillows_pixel_limit_gets_a_clear_error(server, images):
+    """Pillow refuses to decode over 2 x Image.MAX_IMAGE_PIXELS (DecompressionBombError): the
+    request gets the same clear error as any unreadable image, not an internal error."""
+    with PipelineClient("ocr", server.options.http_url) as client:
+        bomb = np.asarray([[png_header(100_000, 100_000)]], dtype=object)
+        with pytest.raises(Exception, match="IMAGE row 0: not an image Pillow can read"):
+            client.infer({"IMAGE": bomb})
+        alone = client.infer({"IMAGE": np.asarray([[images[0]]], dtype=object)})
+    assert alone["TEXT"][0, 0], "served nothing after the refused request"

@@ -255,6 +255,14 @@ def test_calls_read_a_core_declared_by_another_description(tmp_path):
     assert len(found) == 1 and "pipelines/ctr_ranking/pipeline.toml" in found[0]
 
 
+def test_a_call_to_an_unknown_model_is_a_problem_past_graph_descriptions(tmp_path):
+    """The shipped descriptions include graph ones (``ocr``: no single core); a call to a model
+    none declares reads past them and is a problem naming the field, not an exception."""
+    found: list[str] = []
+    check_calls([ModelCall("no_such_model")], "session.calls", tmp_path, found, PIPELINES)
+    assert len(found) == 1 and "no model 'no_such_model'" in found[0]
+
+
 def test_the_stateful_graph_is_proven_event_by_event():
     p = described()
     found: list[str] = []

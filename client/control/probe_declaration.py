@@ -131,6 +131,8 @@ def declared_probe(config: dict[str, Any], model: str) -> DeclaredProbe | None:
     inputs = {}
     for i, tensor in enumerate(spec["inputs"]):
         name, array = _input_tensor(tensor, f"{where}, inputs[{i}]")
+        if name in inputs:
+            raise InvalidProbe(f"{where}, inputs[{i}]: '{name}' is given twice")
         inputs[name] = array
     declared_outputs = spec.get("outputs")
     if declared_outputs is None:
@@ -143,6 +145,10 @@ def declared_probe(config: dict[str, Any], model: str) -> DeclaredProbe | None:
         raise InvalidProbe(f"{where}: 'outputs' must be a non-empty list when given")
     if not outputs:
         raise InvalidProbe(f"{where}: the config has no outputs to check")
+    names = [o.name for o in outputs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InvalidProbe(f"{where}: outputs {twice} are declared twice; declare each once")
     return DeclaredProbe(inputs, outputs, sequence="sequence_batching" in config)
 
 
@@ -155,9 +161,50 @@ def _input_tensor(tensor: Any, where: str) -> tuple[str, np.ndarray]:
     return str(tensor["name"]), _array(tensor["data"], str(tensor["datatype"]), shape, where)
 
 
+OUTPUT_KEYS = (
+    "name",
+    "shape",
+    "datatype",
+    "data",
+    "atol",
+    "rtol",
+    "min",
+    "max",
+    "values_in",
+    "order",
+)
+BOUNDS = ("min", "max", "values_in", "order")
+
+
+def _number(value: Any, field: str, where: str) -> float:
+    """``value`` as a finite float; booleans and anything else refused, naming ``field``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        raise InvalidProbe(f"{where}: '{field}' is {value!r}; give a finite number")
+    return float(value)
+
+
 def _expected_output(entry: Any, where: str) -> ExpectedOutput:
     if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
         raise InvalidProbe(f"{where} needs 'name'")
+    unknown = sorted(set(entry) - set(OUTPUT_KEYS))
+    if unknown:
+        import difflib
+
+        hints = [
+            f"'{k}'"
+            + (
+                f" (did you mean '{m[0]}'?)"
+                if (m := difflib.get_close_matches(k, OUTPUT_KEYS, 1))
+                else ""
+            )
+            for k in unknown
+        ]
+        raise InvalidProbe(f"{where}: unknown field {', '.join(hints)}; known: {list(OUTPUT_KEYS)}")
+    if entry.get("datatype") == "BYTES" and any(b in entry for b in BOUNDS):
+        raise InvalidProbe(
+            f"{where}: {[b for b in BOUNDS if b in entry]} bound numbers; a BYTES output is "
+            "checked by its 'data'"
+        )
     shape = _shape(entry.get("shape"), where)
     datatype = entry.get("datatype")
     data = None
@@ -167,20 +214,17 @@ def _expected_output(entry: Any, where: str) -> ExpectedOutput:
         data = _array(entry["data"], str(datatype), None, where)
         if shape is not None and data.size != int(np.prod(shape)):
             raise InvalidProbe(f"{where}: {data.size} values for shape {list(shape)}")
-    try:
-        atol = float(entry.get("atol", DEFAULT_TOLERANCE))
-        rtol = float(entry.get("rtol", DEFAULT_TOLERANCE))
-        low = float(entry["min"]) if "min" in entry else None
-        high = float(entry["max"]) if "max" in entry else None
-        values_in = entry.get("values_in")
-        if values_in is not None:
-            if not isinstance(values_in, list) or not values_in:
-                raise ValueError
-            values_in = tuple(float(v) for v in values_in)
-    except (TypeError, ValueError):
-        raise InvalidProbe(
-            f"{where}: 'atol', 'rtol', 'min' and 'max' must be numbers, 'values_in' a list of them"
-        ) from None
+    atol = _number(entry.get("atol", DEFAULT_TOLERANCE), "atol", where)
+    rtol = _number(entry.get("rtol", DEFAULT_TOLERANCE), "rtol", where)
+    low = _number(entry["min"], "min", where) if "min" in entry else None
+    high = _number(entry["max"], "max", where) if "max" in entry else None
+    if low is not None and high is not None and low > high:
+        raise InvalidProbe(f"{where}: 'min' {low} is above 'max' {high}; no answer could pass")
+    values_in = entry.get("values_in")
+    if values_in is not None:
+        if not isinstance(values_in, list) or not values_in:
+            raise InvalidProbe(f"{where}: 'values_in' is {values_in!r}; give a non-empty list")
+        values_in = tuple(_number(v, "values_in", where) for v in values_in)
     order = entry.get("order")
     if order is not None and order not in ORDERS:
         raise InvalidProbe(f"{where}: 'order' is {order!r}; give one of {list(ORDERS)}")

@@ -152,6 +152,9 @@ def test_state_fields_are_read():
         ('calls = [{ model = "other"', 'calls = [{ model = "Other"', "session.calls[0].model",
          "not a model name"),
         ("[model]\n", "[model]\ncpu = { instances = 2 }\n", "model.cpu", "session.step_class"),
+        ('initial_name = "nothing_yet"\n', 'initial_name = "nothing_yet"\n[[sequence.state]]\n'
+         'input = "SUM_IN"\noutput = "SUM_OUT"\ndtype = "FP32"\ndims = [2]\n',
+         "sequence.state[1].input", "already a state tensor"),
     ],
 )  # fmt: skip
 def test_a_wrong_state_field_is_refused_naming_it(old, new, field, fragment):

@@ -70,10 +70,32 @@ def test_an_answer_outside_its_bounds_fails_naming_it(ids, scores, message):
     ("bounds", "message"),
     [
         ({"order": "sorted"}, r"'order' is 'sorted'; give one of \['descending', 'ascending'\]"),
-        ({"min": "low"}, "'min' and 'max' must be numbers"),
-        ({"values_in": []}, "'values_in' a list of them"),
+        ({"min": "low"}, "'min' is 'low'; give a finite number"),
+        ({"min": float("nan")}, "'min' is nan; give a finite number"),
+        ({"max": float("inf")}, "'max' is inf; give a finite number"),
+        ({"min": True}, "'min' is True; give a finite number"),
+        ({"min": 0.9, "max": 0.1}, "'min' 0.9 is above 'max' 0.1; no answer could pass"),
+        ({"values_in": []}, "'values_in' is \\[\\]; give a non-empty list"),
+        ({"ordr": "descending"}, "unknown field 'ordr' \\(did you mean 'order'\\?\\)"),
     ],
 )
 def test_a_malformed_bound_is_refused(bounds, message):
+    """Every bound that could never fail, or never pass, or is misspelt (and so would be
+    dropped) is refused, naming it."""
     with pytest.raises(InvalidProbe, match=message):
         ranking_probe(**bounds)
+
+
+def test_bounds_on_text_and_outputs_declared_twice_are_refused():
+    def probe(outputs: list[dict]) -> Any:
+        declaration = {
+            "inputs": [{"name": "IMAGE", "datatype": "BYTES", "shape": [1, 1], "data": ["x"]}],
+            "outputs": outputs,
+        }
+        config = {"parameters": {"tritonrepo_probe": {"string_value": json.dumps(declaration)}}}
+        return declared_probe(config, "labels")
+
+    with pytest.raises(InvalidProbe, match=r"\['order'\] bound numbers; a BYTES output"):
+        probe([{"name": "LABELS", "datatype": "BYTES", "order": "ascending"}])
+    with pytest.raises(InvalidProbe, match=r"outputs \['LABELS'\] are declared twice"):
+        probe([{"name": "LABELS"}, {"name": "LABELS", "shape": [1, 1]}])

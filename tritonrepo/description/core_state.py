@@ -78,6 +78,7 @@ def parse_states(r: Any, raw: Any, dtypes: Mapping[str, str]) -> tuple[StateTens
         r.problem("sequence.state", "must be a list of tables ([[sequence.state]])")
         return ()
     states = []
+    seen: set[str] = set()  # state tensor names so far: Triton pairs them by name
     for i, table in enumerate(raw):
         where = f"sequence.state[{i}]"
         if not isinstance(table, dict):
@@ -90,6 +91,10 @@ def parse_states(r: Any, raw: Any, dtypes: Mapping[str, str]) -> tuple[StateTens
                 r.problem(f"{where}.{key}", f"is missing; give the graph's state {key} tensor")
         if names[0] and names[0] == names[1]:
             r.problem(where, "input and output must differ (Triton pairs them by name)")
+        for key, name in zip(("input", "output"), names, strict=True):
+            if name and name in seen:
+                r.problem(f"{where}.{key}", f"'{name}' is already a state tensor; give each once")
+            seen.add(name)
         dtype = r.get(table, "dtype", where, str, "")
         if dtype not in dtypes or dtype == "BYTES":
             r.problem(f"{where}.dtype", f"{dtype!r}: give a numeric Triton data type")

@@ -13,8 +13,10 @@ up to date when all of these hold:
   (:func:`tritonrepo.server.preflight.required_artifacts`, in the ``cpu`` set) exists.
 
 Without a stamp (a checkout built by the Makefile's rules before), the files the preflight
-requires are enough when each is newer than every source (Make's rule); the stamp is then
-written without a build. Otherwise ``python -m <module>`` runs (its ``main``), and the stamp
+requires in the pipeline's own model folders are enough when there are some and each is newer
+than every source (Make's rule); the stamp is then written without a build. A pipeline whose
+``cpu`` set requires no file of its own (ctr_session: its graph serves only the TensorRT set)
+is built. Otherwise ``python -m <module>`` runs (its ``main``), and the stamp
 records the digest and the files the run wrote (under ``model_repository/`` and ``build/``).
 
 One builder run serves every pipeline that names the same module. A builder writes its own
@@ -158,9 +160,12 @@ def up_to_date(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> tuple
             return False, "its sources changed"
         gone = [p for p in record.get("outputs", []) if not (REPO_ROOT / p).is_file()]
         return (False, f"{gone[0]} is missing") if gone else (True, "")
+    # Make's rule, on the files of the pipeline's own models only (those of a model it calls,
+    # e.g. ctr_session's ctr_model, are another builder's): none there means no build yet.
+    own = [p for p in required if p.relative_to(repository).parts[0] in pipeline.models]
     newest_source = max(p.stat().st_mtime_ns for p in sources)
-    if all(p.stat().st_mtime_ns > newest_source for p in required):
-        _write_stamp(module, digest, sources, required, seconds=None)
+    if own and all(p.stat().st_mtime_ns > newest_source for p in own):
+        _write_stamp(module, digest, sources, own, seconds=None)
         return True, ""
     return False, "no record of a build from its current sources"
 

@@ -5,6 +5,7 @@ digest, the files it made, the files the preflight requires)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,26 @@ def test_a_stamp_decides_whether_the_builder_runs(tmp_path, monkeypatch):
     assert module_build.up_to_date(pipeline) == (False, "its sources changed")
     stamp(digest, [*sorted(rel), "build/no-such-output.npz"])
     assert module_build.up_to_date(pipeline) == (False, "build/no-such-output.npz is missing")
+
+
+def test_without_a_stamp_a_builder_whose_own_models_need_no_file_runs(tmp_path, monkeypatch):
+    """ctr_session's cpu set requires only its called ctr_model's files (another builder's),
+    however new they are: with no stamp its graph builder must run, not be taken as built (a
+    fresh clone once served without ctr_session/1/model.onnx)."""
+    pipeline = load(PIPELINES / "ctr_session" / "pipeline.toml")
+    required = module_build.required_files(pipeline, MODEL_REPOSITORY)
+    assert required and all(
+        p.relative_to(MODEL_REPOSITORY).parts[0] == "ctr_model" for p in required
+    )
+    for path in required:
+        if not path.is_file():
+            pytest.fail(f"{path} is missing: run `make artifacts` (make test does it)")
+    monkeypatch.setattr(module_build, "STAMPS", tmp_path)
+    old_source = tmp_path / "ctr_session_builder.py"  # older than any built file: Make's rule
+    old_source.write_text("")
+    os.utime(old_source, ns=(0, 0))
+    monkeypatch.setattr(module_build, "module_sources", lambda module: [old_source])
+    monkeypatch.setattr(module_build, "sources_digest", lambda paths: "0" * 64)
+    assert module_build.up_to_date(pipeline) == (
+        False, "no record of a build from its current sources",
+    )  # fmt: skip

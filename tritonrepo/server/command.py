@@ -11,6 +11,7 @@ refuses to start on a numpy the Python-backend stubs cannot serve with
 from __future__ import annotations
 
 import socket
+from collections.abc import Collection
 from pathlib import Path
 
 from tritonrepo.server import preflight as artifact_preflight
@@ -34,11 +35,16 @@ def check_port_free(host: str, port: int, what: str) -> None:
             ) from None
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now (for tests and parallel servers)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+def free_port(host: str = "127.0.0.1", avoid: Collection[int | None] = ()) -> int:
+    """A TCP port that is free on ``host`` right now (for tests and parallel servers), none of
+    ``avoid``: the ports a server was given but may not have bound yet (its metrics, its
+    supervisor's), which the system could otherwise hand out again."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        if port not in avoid:
+            return port
 
 
 def tritonserver_command(

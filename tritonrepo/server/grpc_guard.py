@@ -224,5 +224,6 @@ def start_for(options: ServerOptions) -> GrpcGuard:
     if o.grpc_tls is not None:
         tls = GrpcGuardTls(o.grpc_tls.cert, o.grpc_tls.key, o.grpc_tls.client_ca)
     run_dir = BUILD_DIR / "grpc-guard" / str(o.grpc_port)
-    guard = GrpcGuard(o.grpc_host, o.grpc_port, free_port(), run_dir, o.grpc_max_request_bytes, tls)
+    private = free_port(avoid=o.given_ports)
+    guard = GrpcGuard(o.grpc_host, o.grpc_port, private, run_dir, o.grpc_max_request_bytes, tls)
     return guard.start()

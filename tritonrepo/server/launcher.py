@@ -199,7 +199,7 @@ class TritonServer:
                 "address only: tritonrepo-serve --no-http-guard"
             )
         o = self.options
-        self.triton_http_port = free_port()
+        self.triton_http_port = free_port(avoid=o.given_ports)
         run_dir = BUILD_DIR / "http-guard" / str(o.http_port)
         self.guard = HttpGuard(o.host, o.http_port, self.triton_http_port, run_dir).start()
 

@@ -136,6 +136,12 @@ class ServerOptions:
             self.models = default_models(self.model_repository)
 
     @property
+    def given_ports(self) -> tuple[int | None, ...]:
+        """The ports this server was given (HTTP, gRPC, metrics, the supervisor's metrics): a
+        private port picked for tritonserver behind a guard must be none of them."""
+        return (self.http_port, self.grpc_port, self.metrics_port, self.heal_metrics_port)
+
+    @property
     def load_models(self) -> tuple[str, ...]:
         """What ``tritonserver`` loads at start (``--load-model``): the models a served model
         calls through BLS (declared in its config, ``tritonrepo_calls``:

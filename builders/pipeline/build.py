@@ -210,11 +210,7 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
     staged.replace(folder / "model.onnx")
     fields = {
         "pipeline": pipeline.name,
-        "description": (
-            pipeline.source.relative_to(REPO_ROOT).as_posix()
-            if pipeline.source.is_relative_to(REPO_ROOT)
-            else str(pipeline.source)
-        ),
+        "description": description_path(pipeline),
         "source_sha256": digest,
         "source": core.onnx or f"{core.build}()",
         "parity_rows": len(next(iter(feeds.values()))),
@@ -235,6 +231,17 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
         write_metadata(int8_folder / BUILD_METADATA_FILE, int8_fields, built_by=BUILT_BY,
                        libraries=LIBRARIES, artifacts={"model.onnx": int8_file})  # fmt: skip
     return record
+
+
+def description_path(pipeline: Pipeline | GraphPipeline) -> str:
+    """The description's path as a build record names it: relative to the checkout when inside
+    it, else absolute."""
+    source = pipeline.source
+    return (
+        source.relative_to(REPO_ROOT).as_posix()
+        if source.is_relative_to(REPO_ROOT)
+        else str(source)
+    )
 
 
 def build_order(pipelines: Sequence[Pipeline]) -> list[Pipeline]:

@@ -22,7 +22,6 @@ from builders.pipeline import build as single
 from builders.pipeline.graph import obtain_model
 from builders.pipeline.graph_in_process import GraphInProcess
 from tritonrepo.description import GraphPipeline, import_ref
-from tritonrepo.paths import REPO_ROOT
 
 
 def build_graph(pipeline: GraphPipeline, repository: Path) -> dict[str, Any] | None:
@@ -69,11 +68,7 @@ def build_graph(pipeline: GraphPipeline, repository: Path) -> dict[str, Any] | N
         staged.replace(target)
         fields = {
             "pipeline": pipeline.name,
-            "description": (
-                pipeline.source.relative_to(REPO_ROOT).as_posix()
-                if pipeline.source.is_relative_to(REPO_ROOT)
-                else str(pipeline.source)
-            ),
+            "description": single.description_path(pipeline),
             "source_sha256": digest,
             "source": core.onnx or f"{core.build}()",
             "parity_calls": len(runner.cores[key].feeds),

@@ -48,7 +48,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -68,12 +68,19 @@ from benchmarks.pipelines_served import (
     TimedInProcess,
     batch_of,
     check_outputs,
-    client_caller,
+    kserve_body,
+    kserve_caller,
     local_caller,
     rows_of,
     timed_batches,
 )
-from benchmarks.pipelines_vs_fastapi import comparison, measure_fastapi
+from benchmarks.pipelines_vs_fastapi import (
+    SERVED,
+    SERVED_NO_GUARD,
+    SERVED_NO_SUMMARIES,
+    comparison,
+    measure_fastapi,
+)
 from tritonrepo.description import import_ref, load
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 
@@ -149,15 +156,28 @@ def measure_pipeline(name: str, seconds: float, out: Path, say: Callable[[str], 
                 f"served (fresh build) = in-process = tests.pipeline_suite.in_process on all "
                 f"{len(requests)} sample rows (atol/rtol 1e-5, BYTES equal)"
             )
-            for level in CONCURRENCY:
-                say(f"{name}: served c={level}")
-                with ForeignLoad() as load_:
-                    m = loadgen.run_closed_loop(
-                        client_caller(name, options.http_url), requests, level, seconds, WARMUP_S
-                    )
-                result.rows.append(Row.of("served (HTTP guard, PipelineClient)", m, load_))
+            bodies = [kserve_body(request, pipeline) for request in requests]
+            ports = ((SERVED, options.http_port), (SERVED_NO_GUARD, server.triton_http_port))
+            for system, port in ports:
+                for level in CONCURRENCY:
+                    say(f"{name}: {system} c={level}")
+                    with ForeignLoad() as load_:
+                        m = loadgen.run_closed_loop(
+                            kserve_caller(port, name), bodies, level, seconds, WARMUP_S
+                        )
+                    result.rows.append(Row.of(system, m, load_, notes="KServe v2 JSON body"))
         finally:
             server.stop()
+        say(f"{name}: server start, latency summaries off")
+        options = replace(options, latency_summaries=False)
+        with TritonServer(options):
+            for level in CONCURRENCY:
+                say(f"{name}: {SERVED_NO_SUMMARIES} c={level}")
+                with ForeignLoad() as load_:
+                    m = loadgen.run_closed_loop(
+                        kserve_caller(options.http_port, name), bodies, level, seconds, WARMUP_S
+                    )
+                result.rows.append(Row.of(SERVED_NO_SUMMARIES, m, load_, notes="KServe v2 JSON"))
     phases["total"] = sum(phases.values())
     phases_load.__exit__()
     result.phases_foreign_cpu = phases_load.share

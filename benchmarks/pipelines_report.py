@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.pipelines_served import WARMUP_S, Result, Row
-from benchmarks.pipelines_vs_fastapi import comparison, comparison_section
+from benchmarks.pipelines_vs_fastapi import SERVED, comparison, comparison_section
 
 
 def _ratio(a: Row | None, b: Row | None) -> str:
@@ -77,7 +77,7 @@ def report(results: list[Result], facts: dict[str, str], seconds: float, started
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        served = {x.concurrency: x for x in r.rows if x.system.startswith("served")}
+        served = {x.concurrency: x for x in r.rows if x.system == SERVED}
         local = {x.concurrency: x for x in r.rows if x.system.startswith("in-process (")}
         best = next((x for x in r.rows if "best batch" in x.system), None)
         for x in r.rows:

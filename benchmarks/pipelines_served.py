@@ -69,6 +69,55 @@ def batch_of(samples: dict[str, np.ndarray], size: int, start: int) -> dict[str,
     return {k: np.asarray(v)[index] for k, v in samples.items()}
 
 
+def kserve_body(request: dict[str, np.ndarray], pipeline: Any) -> tuple[bytes, dict[str, str]]:
+    """What a client of the KServe v2 HTTP endpoint sends for ``request`` (built once, before
+    timing, as the FastAPI rows' JSON bodies are): numeric inputs as JSON ``data``, BYTES inputs
+    in the binary tensor extension (JSON cannot carry raw bytes), outputs asked for as JSON.
+    Returns the body and its headers (``Inference-Header-Content-Length`` with binary data)."""
+    import tritonclient.http as httpclient
+
+    inputs = []
+    for tensor in pipeline.inputs:
+        if tensor.name not in request:
+            continue
+        value = np.asarray(request[tensor.name])
+        binary = tensor.dtype == "BYTES"
+        item = httpclient.InferInput(tensor.name, list(value.shape), tensor.dtype)
+        item.set_data_from_numpy(value.astype(object) if binary else value, binary_data=binary)
+        inputs.append(item)
+    outputs = [httpclient.InferRequestedOutput(t.name, binary_data=False) for t in pipeline.outputs]
+    body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs, outputs)
+    if json_size is None:
+        data = body.encode() if isinstance(body, str) else body
+        return data, {"Content-Type": "application/json"}
+    return body, {
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(json_size),
+    }
+
+
+def kserve_caller(port: int, name: str) -> loadgen.CallerFactory:
+    """Workers that POST prepared :func:`kserve_body` bodies to
+    ``http://127.0.0.1:<port>/v2/models/<name>/infer`` over their own keep-alive connection (the
+    FastAPI rows' load generator, :func:`benchmarks.loadgen.http_caller`, with the v2 route); a
+    non-200 answer raises."""
+    import http.client
+
+    def make():
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+
+        def call(prepared: tuple[bytes, dict[str, str]]) -> None:
+            connection.request("POST", f"/v2/models/{name}/infer", *prepared)
+            answer = connection.getresponse()
+            data = answer.read()
+            if answer.status != 200:
+                raise RuntimeError(f"HTTP {answer.status}: {data[:200]!r}")
+
+        return call, connection.close
+
+    return make
+
+
 def client_caller(name: str, url: str) -> loadgen.CallerFactory:
     """Workers with their own HTTP :class:`PipelineClient`."""
     from tritonrepo_client import PipelineClient

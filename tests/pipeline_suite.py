@@ -5,9 +5,10 @@ The served pipeline (a server of the class's own, CPU configs, the pipeline alon
 with the same functions and model called in one process (preprocess → ONNX Runtime on the
 built ``model.onnx`` → postprocess), over HTTP and gRPC, one row per request and all rows in
 one request; concurrent single-row requests (joined by the dynamic batchers) each get their own
-answer; the declared health probe passes; a request with a bad value gets its own error while
-the others of the batch are served; a request with wrong dims is refused by Triton; a value the
-client's cast would change (``1e40`` for an FP32 input) is refused before anything is sent.
+answer; the one-step CPU model equals the ensemble; the declared health probe passes; a request
+with a bad value gets its own error while the others of the batch are served; a request with
+wrong dims is refused by Triton; a value the client's cast would change (``1e40`` for an FP32
+input) is refused before anything is sent.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
 
 from builders.pipeline.in_process import InProcess
+from builders.pipeline.render_fused import fused_reason
 from tests.conftest import server_options
 from tests.server.test_pipeline_client import requests_served
 from tritonrepo.description import Pipeline, import_ref, load
@@ -162,13 +166,59 @@ class PipelineSuite(DescribedSuite):
         for i, answer in zip(order, answers, strict=False):
             if i < 0:
                 assert isinstance(answer, ClientError), f"the bad request was served: {answer}"
-                assert pipeline.preprocess.model in str(answer), answer
+                # The ensemble's preprocess step answers, or the one-step CPU model's.
+                message = str(answer)
+                assert pipeline.preprocess.model in message or (
+                    f"{pipeline.name}: preprocess: " in message
+                ), answer
             else:
                 assert not isinstance(answer, Exception), answer
                 assert_same(
                     answer, {k: np.asarray(v)[i : i + 1] for k, v in want.items()}, f"row {i}"
                 )
         assert server.process is not None and server.process.poll() is None
+
+    def test_the_one_step_cpu_model_equals_the_ensemble(self, pipeline, samples, server):
+        """The CPU set's one-step model (preprocess, core and postprocess in one Python-backend
+        step, ``builders.pipeline.render_fused``) against the ensemble of ``config.pbtxt``,
+        loaded on the same server with its steps and the core in their CPU configs (a load-API
+        config override), over HTTP on every sample row, one request of all rows and one row
+        per request; the one-step model is loaded back afterwards."""
+        if fused_reason(pipeline) is not None:
+            pytest.skip(f"{pipeline.name} has no one-step CPU model: {fused_reason(pipeline)}")
+        rows = min(len(next(iter(samples.values()))), pipeline.max_batch_size)
+        batch = {k: np.asarray(v[:rows]) for k, v in samples.items()}
+        options = server.options
+        ensemble = json_format.MessageToJson(
+            text_format.Parse(
+                (MODEL_REPOSITORY / pipeline.name / "config.pbtxt").read_text(),
+                model_config_pb2.ModelConfig(),
+            )
+        )
+        control = httpclient.InferenceServerClient(server.triton_http_url)
+        key = options.repository_headers
+
+        def answers() -> list[dict[str, np.ndarray]]:
+            with PipelineClient(pipeline.name, options.http_url) as client:
+                whole = client.infer(batch)
+                return [whole] + [
+                    client.infer({k: v[i : i + 1] for k, v in batch.items()}) for i in range(rows)
+                ]
+
+        try:
+            assert control.get_model_config(pipeline.name)["backend"] == "python"
+            fused = answers()
+            control.load_model(pipeline.name, config=ensemble, headers=key)
+            assert control.get_model_config(pipeline.name)["platform"] == "ensemble"
+            index = control.get_model_repository_index(headers=key)
+            assert pipeline.preprocess.model in [m["name"] for m in index if m.get("state")]
+            composed = answers()
+        finally:
+            control.load_model(pipeline.name, headers=key)
+            control.close()
+        assert_same(fused[0], composed[0], f"{rows} rows in one request")
+        for i, (got, want) in enumerate(zip(fused[1:], composed[1:], strict=True)):
+            assert_same(got, want, f"row {i} alone")
 
     def test_a_value_a_cast_would_change_is_refused_before_sending(self, pipeline, samples, server):
         """The client casts to an input's datatype only when no value changes meaning

@@ -34,6 +34,7 @@ from builders.metadata import render as render_json
 from builders.metadata import write_atomic
 from builders.pipeline import render
 from builders.pipeline.checks import Checked, check
+from builders.pipeline.render_fused import fused_files
 from tritonrepo.description import DescriptionError, GraphPipeline, Pipeline, load
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo.server import stub_numpy
@@ -98,6 +99,8 @@ def render_files(pipeline: Pipeline, checked: Checked, repository: Path) -> dict
             pipeline, checked.core_inputs, checked.core_outputs, checked.probe
         )
         files[ensemble / "1" / ".gitkeep"] = ""
+        staged = {*core.versions, *((INT8_VERSION,) if core.int8 else ())}  # rollout targets
+        files.update(fused_files(pipeline, checked, ensemble, sorted(staged)))
     for number, step, ins, outs in steps:
         folder = repository / step.model
         for config_set in step.deployments:

@@ -96,6 +96,11 @@ def _level(policy: LevelPolicy, indent: str) -> str:
 
 
 def _queue_policy(policy: QueuePolicy) -> str:
+    if not policy.priority_levels and not policy.default.timeout_us:
+        return (
+            "  # Triton's plain queue, so the batcher prefetches batches (no priority levels,\n"
+            "  # bounds or timeouts): ONE_STEP in tritonrepo/server/queue_policy.py says why.\n"
+        )
     if not policy.priority_levels:
         d = policy.default
         return (

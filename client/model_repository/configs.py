@@ -184,10 +184,17 @@ def check_ensemble(repository: Path, ensemble: str, config_name: str | None = No
     data types and dims agree across each step, including the batch dimension; the ensemble's
     ``max_batch_size`` is ≤ every step's.
 
+    A set may serve the pipeline as one model instead (the ``cpu`` set of a described
+    pipeline: ``configs/cpu.pbtxt`` with ``backend: "python"``); then the ensemble of
+    ``config.pbtxt`` is checked with its steps resolved in that set, as a load-API override
+    would load it.
+
     Returns:
         Human-readable problems; empty when the ensemble is consistent.
     """
     cfg = load_config(config_path(repository, ensemble, config_name))
+    if cfg.platform != "ensemble" and cfg.backend == "python" and config_name:
+        cfg = load_config(config_path(repository, ensemble))
     problems: list[str] = []
     if cfg.platform != "ensemble" or cfg.backend:
         problems.append(f"{ensemble}: must have platform 'ensemble' and no backend")

@@ -14,6 +14,8 @@ by hand.
   (:data:`tritonrepo_client.model_repository.config_sets.CONFIG_SETS`), runs on that set's core
   runtime (a TensorRT plan, the ``onnxruntime_python`` or ``torch_python`` backend), not a
   Python step: the models with the core queue policy, whose files the builds make.
+- **one step**: a Python-backend model that runs a pipeline's core itself in a set
+  (:func:`one_step_models`): it carries the core queue policy in that set.
 
 Every function reads the default set's ``config.pbtxt`` for the graph (steps and calls) unless
 given a set; a config that does not parse counts as nothing (the preflight names it).
@@ -31,11 +33,15 @@ from tritonrepo_client.model_repository.configs import (
     core_runtime_models,
     ensemble_steps,
     model_names,
+    models_where,
     read_config,
 )
 
 PROBE_PARAMETER = "tritonrepo_probe"
 CALLS_PARAMETER = "tritonrepo_calls"
+# A Python-backend model that runs a pipeline's core itself (the one-step CPU model of a
+# described pipeline, tritonrepo.pipelines.fused_step) names the core's folder in this parameter.
+ONE_STEP_PARAMETER = "core_model"
 
 
 def _configs(repository: Path, config_set: str | None) -> dict[str, ModelConfig]:
@@ -104,13 +110,28 @@ def core_models(repository: Path) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
+def one_step_models(repository: Path, config_set: str | None) -> tuple[str, ...]:
+    """The models whose config in ``config_set`` is a one-step pipeline (a Python-backend model
+    with the :data:`ONE_STEP_PARAMETER`): they run the core, so they carry the core's queue
+    policy; their core's files are built for the core model, not for them."""
+    return tuple(
+        models_where(
+            Path(repository),
+            config_set,
+            lambda c: c.backend == "python" and ONE_STEP_PARAMETER in c.parameters,
+        )
+    )
+
+
 __all__ = [
     "CALLS_PARAMETER",
+    "ONE_STEP_PARAMETER",
     "PROBE_PARAMETER",
     "calls_of",
     "core_models",
     "declares_probe",
     "dependents",
+    "one_step_models",
     "served_models",
     "top_level_models",
 ]

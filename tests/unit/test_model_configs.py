@@ -54,6 +54,19 @@ def test_ensemble_graph_is_consistent(ensemble: str, config_name: str | None):
     assert check_ensemble(MODEL_REPOSITORY, ensemble, config_name) == []
 
 
+@pytest.mark.parametrize("ensemble", ENSEMBLES)
+def test_a_one_step_model_has_its_ensembles_interface(ensemble: str):
+    """A set that serves a pipeline as one Python-backend model keeps the ensemble's name,
+    inputs, outputs and max_batch_size, so clients see no difference."""
+    composed = load_config(MODEL_REPOSITORY / ensemble / "config.pbtxt")
+    for path in sorted((MODEL_REPOSITORY / ensemble / "configs").glob("*.pbtxt")):
+        one = load_config(path)
+        assert one.name == composed.name and one.backend == "python", path
+        assert one.max_batch_size == composed.max_batch_size, path
+        assert interface(one.input) == interface(composed.input), path
+        assert interface(one.output) == interface(composed.output), path
+
+
 def test_encoder_gpu_config_is_a_tensorrt_plan_matching_its_profile():
     cfg = load_config(MODEL_REPOSITORY / spec.ENCODER_MODEL / "config.pbtxt")
     assert cfg.platform == "tensorrt_plan"

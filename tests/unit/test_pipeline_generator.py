@@ -29,6 +29,8 @@ from tritonrepo_client.model_repository.configs import check_ensemble
 EXPECTED = {
     "toy/config.pbtxt",
     "toy/1/.gitkeep",
+    "toy/1/model.py",
+    "toy/configs/cpu.pbtxt",
     "toy_preprocess/config.pbtxt",
     "toy_preprocess/1/model.py",
     "toy_model/config.pbtxt",
@@ -104,7 +106,7 @@ def test_first_run_reports_every_file_created(ws: Workspace):
     assert result.rc == 0
     created = {line.split()[1] for line in result.out.splitlines() if line.startswith("create")}
     assert created == {f"model_repository/{f}" for f in EXPECTED} | {"tests/pipelines/test_toy.py"}
-    assert "toy: 11 of 11 files written" in result.out
+    assert "toy: 13 of 13 files written" in result.out
     # The next step builds the described pipelines only and serves this one alone, with the
     # HTTP guard's packages: make targets and a console script that exist.
     next_line = result.out.splitlines()[-1]
@@ -164,6 +166,22 @@ def test_generated_configs_parse_and_say_what_they_run(generated: Workspace):
     assert post_cfg.parameters["function"].string_value == f"{PACKAGE}.steps:postprocess"
     assert [t.name for t in post_cfg.output] == ["SCORES", "LABEL"]
 
+    # The cpu set serves the pipeline as one Python-backend model: both functions and the core.
+    one = configs["toy/configs/cpu.pbtxt"]
+    assert one.backend == "python" and not one.platform
+    assert [t.name for t in one.input] == [t.name for t in ensemble.input]
+    assert [t.name for t in one.output] == [t.name for t in ensemble.output]
+    parameters = {k: v.string_value for k, v in one.parameters.items()}
+    assert parameters["preprocess"] == f"{PACKAGE}.steps:preprocess"
+    assert parameters["postprocess"] == f"{PACKAGE}.steps:postprocess"
+    assert parameters["core_model"] == "toy_model"
+    produced = [t["name"] for t in json.loads(parameters["preprocess_outputs"])]
+    assert produced == ["features", "TAG_LENGTH"]  # the core's input, then the extra tensor
+    # Triton's plain queue: the batcher prefetches instead of waiting for a free instance.
+    queue = one.dynamic_batching
+    assert queue.priority_levels == 0 and not queue.HasField("default_queue_policy")
+    assert "FusedStep" in (repo / "toy/1/model.py").read_text()
+
 
 @pytest.mark.parametrize("config_name", [None, "cpu"], ids=["gpu", "cpu"])
 def test_generated_ensemble_passes_check_ensemble(generated: Workspace, config_name: str | None):
@@ -181,12 +199,12 @@ def test_check_ensemble_would_catch_a_broken_chain(generated: Workspace):
 def test_second_run_changes_nothing(generated: Workspace):
     ws = generated
     changes = generate.plan(ws.load(), ws.repository)
-    assert [c.action for c in changes] == ["same"] * 11
+    assert [c.action for c in changes] == ["same"] * 13
     age(ws)
     before = ws.snapshot()
     result = ws.run()
     assert result.rc == 0
-    assert result.out.strip() == "toy: up to date (11 files)"
+    assert result.out.strip() == "toy: up to date (13 files)"
     assert ws.snapshot() == before  # contents and mtimes (manifest included)
     assert all(mtime == OLD for _, mtime in before.values())
 
@@ -253,7 +271,7 @@ def test_description_change_of_a_function_updates_the_step(generated: Workspace)
 def test_check_exits_1_when_stale_and_0_when_up_to_date(ws: Workspace):
     before = ws.snapshot()
     result = ws.run("--check")
-    assert (result.rc, result.out.splitlines()[-1]) == (1, "11 of 11 files would change")
+    assert (result.rc, result.out.splitlines()[-1]) == (1, "13 of 13 files would change")
     assert ws.snapshot() == before  # --check writes nothing, not even the manifest
 
     assert ws.run().rc == 0

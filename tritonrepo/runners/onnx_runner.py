@@ -28,8 +28,53 @@ import numpy as np
 import onnxruntime as ort
 
 from tritonrepo.step.errors import InvalidRequest, check_each
+from tritonrepo.step.parameters import Parameter
 
 Feed = dict[str, np.ndarray]
+
+# The config parameters of a model served by OnnxRunner (the ``onnxruntime_python`` backend and
+# the one-step CPU models of described pipelines, tritonrepo.pipelines.fused_step).
+RUNNER_PARAMETERS = (
+    Parameter(
+        "intra_op_threads",
+        "int",
+        0,
+        "threads",
+        "ONNX Runtime intra-op threads per instance; 0 = one per core",
+        minimum=0,
+    ),
+    Parameter(
+        "allow_spinning",
+        "flag",
+        True,
+        "",
+        "'0' makes idle ONNX Runtime threads sleep instead of spin (ONNX Runtime's default)",
+    ),
+    Parameter(
+        "sequence_mask_input",
+        "str",
+        None,
+        "input",
+        "attention-mask input of a padded-sequence encoder; turns on sequence packing",
+    ),
+    Parameter(
+        "packing_max_tokens",
+        "int",
+        2048,
+        "tokens",
+        "padded tokens per packed sub-batch (pack_by_length)",
+        minimum=1,
+    ),
+    Parameter(
+        "packing_max_padding",
+        "float",
+        0.1,
+        "share of padded tokens",
+        "largest share of padding in a packed sub-batch",
+        minimum=0.0,
+        maximum=1.0,
+    ),
+)
 
 
 def pack_by_length(
@@ -242,3 +287,23 @@ def _fit(row: np.ndarray, length: int) -> np.ndarray:
         return row[:length]
     pad = [(0, length - row.shape[0])] + [(0, 0)] * (row.ndim - 1)
     return np.pad(row, pad)
+
+
+def runner_from_settings(
+    model_file: str | Path, settings: dict, output_names: Sequence[str] | None = None
+) -> OnnxRunner:
+    """An :class:`OnnxRunner` on ``model_file`` configured by the typed values of
+    :data:`RUNNER_PARAMETERS` (``PythonStep.settings``).
+
+    Raises:
+        ValueError: ``sequence_mask_input`` is not an input of the model.
+    """
+    return OnnxRunner(
+        model_file,
+        intra_op_threads=settings["intra_op_threads"],
+        output_names=output_names,
+        sequence_mask=settings["sequence_mask_input"],
+        max_tokens=settings["packing_max_tokens"],
+        max_padding=settings["packing_max_padding"],
+        allow_spinning=settings["allow_spinning"],
+    )

@@ -98,6 +98,18 @@ STEP = QueuePolicy(
     default_priority_level=0,
     default=LevelPolicy(timeout_us=3_600_000_000),
 )
+# The one-step CPU model of a described pipeline: Triton's plain queue (no levels, no timeout,
+# no bound), the only queue with which the dynamic batcher prefetches batches instead of
+# waiting for a free instance (core scheduler_utils.cc, PriorityQueue: support_prefetching_).
+# That wait is woken only by a new request or after 500 ms (core dynamic_batch_scheduler.cc,
+# WaitForPayloadSlotAvailable, the same in r24.10 and r26.05): under a closed loop every
+# in-flight request then stalls 500 ms, and a small model spends a third of its time so
+# (docs/known_issues.md). Priorities, queue bounds and request timeouts do not apply there.
+ONE_STEP = QueuePolicy(
+    priority_levels=0,
+    default_priority_level=0,
+    default=LevelPolicy(timeout_us=0, allow_timeout_override=False),
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -114,6 +126,15 @@ def expected_policy(model: str, config_set: str | None) -> QueuePolicy:
     """The policy of ``model``'s config set ``config_set`` (``None`` = ``config.pbtxt``,
     else ``configs/<config_set>.pbtxt``) when it has dynamic batching: a core model's
     (:func:`core_models`) or a Python step's."""
+    if model in _one_step_models(config_set):
+        return ONE_STEP
     if model in core_models():
         return CORE_CPU if config_set in CPU_CONFIG_SETS else CORE_GPU
     return STEP
+
+
+@functools.lru_cache(maxsize=8)
+def _one_step_models(config_set: str | None) -> tuple[str, ...]:
+    """The one-step pipelines of ``config_set``
+    (:func:`tritonrepo_client.model_repository.roles.one_step_models`)."""
+    return roles.one_step_models(MODEL_REPOSITORY, config_set)

@@ -1,0 +1,138 @@
+"""The one-step CPU model of a described pipeline: ``<name>/configs/cpu.pbtxt`` and
+``<name>/<version>/model.py``, which run preprocess → core (ONNX Runtime) → postprocess in one
+Python-backend ``execute`` (:mod:`tritonrepo.pipelines.fused_step`, which says why).
+
+``config.pbtxt`` (TensorRT) and ``configs/torch_gpu.pbtxt`` keep the ensemble of three models;
+the step models and the core's ``cpu`` config are still generated, so the ensemble can be loaded
+on a CPU server too (the parity test loads both). Only a pipeline of the usual shape is fused
+(:func:`fused_reason` says why another is not): stateless, one core model run by ONNX Runtime on
+CPU, and preprocess and postprocess given as functions that call no model.
+
+The fused model takes the core's ``cpu`` deployment (dynamic batching delays and preferred
+sizes, ONNX Runtime parameters; instances: at least :data:`FUSED_INSTANCES`) with Triton's
+plain queue (:data:`tritonrepo.server.queue_policy.ONE_STEP`, which says why): priorities,
+queue bounds and request timeouts apply to the ensemble's core, not here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from builders.pipeline.checks import Checked
+from builders.pipeline.render import (
+    CODE_ROOT,
+    CoreTensor,
+    _batching,
+    _header,
+    _io,
+    _parameters,
+)
+from tritonrepo.description import Pipeline, Tensor
+from tritonrepo.server.queue_policy import ONE_STEP
+from tritonrepo_client.model_repository.config_sets import CONFIG_SETS
+from tritonrepo_client.model_repository.dtypes import BY_NAME
+from tritonrepo_client.model_repository.roles import PROBE_PARAMETER
+
+FUSED_SET = "cpu"
+FUSED_CLASS = "tritonrepo.pipelines.fused_step:FusedStep"
+# At least two instances (two stubs), so a slow request (a large image) does not hold every
+# other one behind it. On 2 cores with the plain queue (click_lightgbm, c=16 through the guard,
+# 10 s runs) one instance served 4,350 requests/s with a worst latency of 121-146 ms, two
+# 3,890-4,050/s with 33-47 ms.
+FUSED_INSTANCES = 2
+FUSED_DOC = (
+    "One Python-backend model on CPU: preprocess -> core (ONNX Runtime) -> postprocess in one\n"
+    "execute, without the ensemble's hops (tritonrepo/pipelines/fused_step.py). config.pbtxt\n"
+    "keeps the ensemble for the GPU."
+)
+
+
+def fused_reason(pipeline: Pipeline) -> str | None:
+    """Why ``pipeline`` gets no one-step CPU model, or None when it gets one."""
+    if pipeline.session is not None or pipeline.sequence is not None:
+        return "a stateful pipeline is one session model already"
+    if pipeline.max_batch_size == 0:
+        return "max_batch_size = 0: its steps hand the core all rows of a request"
+    steps = (pipeline.preprocess, pipeline.postprocess)
+    if any(s.function is None for s in steps):
+        return "a step is a PythonStep class, not a function"
+    if any(s.calls for s in steps):
+        return "a step calls other models"
+    if FUSED_SET not in pipeline.core.deployments:
+        return "its core has no cpu set"
+    if CONFIG_SETS[FUSED_SET].core_runtime != "onnxruntime_python":
+        return "the cpu set's core does not run ONNX Runtime in Python"
+    return None
+
+
+def fused_config(
+    pipeline: Pipeline,
+    core_inputs: Sequence[CoreTensor],
+    probe: str | None,
+) -> str:
+    """The pipeline's ``configs/cpu.pbtxt``: the pipeline's inputs and outputs, the core's
+    ``cpu`` deployment, and the parameters of
+    :class:`~tritonrepo.pipelines.fused_step.FusedStep`."""
+    core = pipeline.core
+    deployment = core.deployments[FUSED_SET]
+    pre_outputs = [*(t.as_tensor() for t in core_inputs), *pipeline.preprocess.outputs]
+    parameters = {
+        "preprocess": pipeline.preprocess.function or "",
+        "postprocess": pipeline.postprocess.function or "",
+        "code_root": CODE_ROOT,
+        "core_model": core.model,
+        "core_file": CONFIG_SETS[FUSED_SET].core_file,
+        "preprocess_outputs": json.dumps([_output(t) for t in pre_outputs], separators=(",", ":")),
+        **deployment.parameters,
+    }
+    if probe is not None:
+        parameters[PROBE_PARAMETER] = probe
+    versions = ", ".join(str(v) for v in core.versions)
+    return "".join(
+        [
+            _header(pipeline, pipeline.summary, FUSED_DOC),
+            f'name: "{pipeline.name}"\nbackend: "python"\n',
+            f"max_batch_size: {pipeline.max_batch_size}\n",
+            f"version_policy: {{ specific: {{ versions: [ {versions} ] }} }}\n",
+            _io("input", pipeline.inputs),
+            _io("output", pipeline.outputs, labels=True),
+            f"instance_group [ {{ count: {max(deployment.instances, FUSED_INSTANCES)} "
+            "kind: KIND_CPU } ]\n",
+            _batching(deployment, ONE_STEP),
+            _parameters(parameters),
+        ]
+    )
+
+
+def _output(t: Tensor) -> dict[str, object]:
+    return {"name": t.name, "data_type": BY_NAME[t.dtype].config_name, "dims": list(t.dims)}
+
+
+def fused_model_py(pipeline: Pipeline) -> str:
+    """The one-step model's ``model.py``: a subclass of :data:`FUSED_CLASS`."""
+    module, _, cls = FUSED_CLASS.partition(":")
+    return (
+        f'"""{pipeline.name} on CPU in one step: preprocess -> {pipeline.core.model} -> '
+        'postprocess."""\n\n'
+        f"from {module} import {cls}\n\n\n"
+        f"class TritonPythonModel({cls}):\n"
+        f'    """Python-backend entry point; initialize/execute/finalize come from {cls}."""\n'
+    )
+
+
+def fused_files(
+    pipeline: Pipeline, checked: Checked, folder: Path, versions: Sequence[int]
+) -> dict[Path, str]:
+    """The one-step model's files in the pipeline's folder ``folder`` (empty when
+    :func:`fused_reason` names a reason): its ``configs/cpu.pbtxt`` and a ``model.py`` in each
+    of ``versions`` (the core's served versions and the staged INT8 one, so that a rollout of
+    the pipeline to version N serves ``<core>/N/``)."""
+    if fused_reason(pipeline) is not None:
+        return {}
+    config = fused_config(pipeline, checked.core_inputs, checked.probe)
+    files = {folder / "configs" / f"{FUSED_SET}.pbtxt": config}
+    for version in versions:
+        files[folder / str(version) / "model.py"] = fused_model_py(pipeline)
+    return files

@@ -1,0 +1,7 @@
+"""click_lightgbm on CPU in one step: preprocess -> click_lightgbm_model -> postprocess."""
+
+from tritonrepo.pipelines.fused_step import FusedStep
+
+
+class TritonPythonModel(FusedStep):
+    """Python-backend entry point; initialize/execute/finalize come from FusedStep."""

@@ -1,0 +1,7 @@
+"""nudenet_detector on CPU in one step: preprocess -> nudenet_detector_model -> postprocess."""
+
+from tritonrepo.pipelines.fused_step import FusedStep
+
+
+class TritonPythonModel(FusedStep):
+    """Python-backend entry point; initialize/execute/finalize come from FusedStep."""

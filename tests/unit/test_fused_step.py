@@ -19,18 +19,24 @@ from tritonrepo.step.errors import InvalidRequest
 
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory: pytest.TempPathFactory) -> OnnxRunner:
-    """``y = 2 * x + 1``, ``x`` FP32 ``[b, 3]`` → ``y`` FP32 ``[b, 3]``."""
+    """``y = 2 * x + 1``, ``x`` FP32 ``[b, 3]`` → ``y`` FP32 ``[b, 3]`` and ``n``, the sum of
+    ``x`` per row, FP32 ``[b]`` (a tensor with the batch dim only)."""
     graph = helper.make_graph(
         [
             helper.make_node("Mul", ["x", "two"], ["doubled"]),
             helper.make_node("Add", ["doubled", "one"], ["y"]),
+            helper.make_node("ReduceSum", ["x", "axes"], ["n"], keepdims=0),
         ],
         "affine",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 3])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 3]),
+            helper.make_tensor_value_info("n", TensorProto.FLOAT, ["b"]),
+        ],
         [
             helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]),
             helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
+            helper.make_tensor("axes", TensorProto.INT64, [1], [1]),
         ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -50,7 +56,9 @@ def preprocess(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def postprocess(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     if (inputs["y"] > 1000).any():
         raise RuntimeError("too large")
-    return {"TOTAL": inputs["y"].sum(axis=1, keepdims=True), "ROWS": inputs["ROWS"]}
+    # As in the ensemble, a batch-only graph output arrives as [n, 1]: SUM keeps that shape.
+    return {"TOTAL": inputs["y"].sum(axis=1, keepdims=True), "ROWS": inputs["ROWS"],
+            "SUM": inputs["n"]}  # fmt: skip
 
 
 PRE = (preprocess, "t:preprocess", {
@@ -60,6 +68,7 @@ PRE = (preprocess, "t:preprocess", {
 POST = (postprocess, "t:postprocess", {
     "TOTAL": OutputSpec(np.dtype(np.float32), (1,)),
     "ROWS": OutputSpec(np.dtype(np.int64), (1,)),
+    "SUM": OutputSpec(np.dtype(np.float32), (1,)),
 })  # fmt: skip
 
 
@@ -70,6 +79,7 @@ def test_each_request_gets_the_three_stages_of_its_own_rows(runner: OnnxRunner):
     # The reference: 2x + 1 summed over the row, computed here, not by the code under test.
     np.testing.assert_allclose(first["TOTAL"], [[2 * 6 + 3]])
     np.testing.assert_allclose(second["TOTAL"], [[3], [2 * 3 + 3]])
+    np.testing.assert_allclose(second["SUM"], [[0], [3]])  # [n] from the graph, [n, 1] here
     # Preprocess ran on the joined batch (3 rows), and its extra tensor reached postprocess.
     assert first["ROWS"].tolist() == [[3]] and second["ROWS"].tolist() == [[3], [3]]
 

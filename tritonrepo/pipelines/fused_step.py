@@ -74,14 +74,22 @@ def fused_run(
         for r in call_batch(pre_fn, items, pre_specs, ref=pre_ref)
     ]
     good = [i for i, r in enumerate(results) if not isinstance(r, Exception)]
-    feeds = [{n: results[i][n] for n in runner.input_names} for i in good]  # type: ignore[index]
+    # A graph tensor with the batch dim only is [n] for the graph and [n, 1] for the steps, as
+    # in the ensemble (its configs reshape it) and in builders.pipeline.in_process.
+    flat = {i.name for i in runner.session.get_inputs() if len(i.shape) == 1}
+    feeds = [
+        {n: (results[i][n].reshape(-1) if n in flat else results[i][n])  # type: ignore[index]
+         for n in runner.input_names}
+        for i in good
+    ]  # fmt: skip
     post_items, post_at = [], []
     for i, core_out in zip(good, runner.run_batch(feeds) if feeds else [], strict=True):
         if isinstance(core_out, Exception):
             results[i] = RuntimeError(f"core model: {core_out}")
             continue
         extras = {k: v for k, v in results[i].items() if k not in runner.input_names}  # type: ignore[union-attr]
-        post_items.append({**core_out, **extras})
+        outs = {k: (v.reshape(-1, 1) if v.ndim == 1 else v) for k, v in core_out.items()}
+        post_items.append({**outs, **extras})
         post_at.append(i)
     if post_items:
         for i, out in zip(post_at, call_batch(post_fn, post_items, post_specs, ref=post_ref),

@@ -115,6 +115,9 @@ perf-deps:
 	@/sbin/ldconfig -p | grep -q 'libb64\.so\.0d' || apt-get install -y -q libb64-0d >/dev/null \
 		|| { apt-get update -q >/dev/null && apt-get install -y -q libb64-0d >/dev/null; } \
 		|| { echo "error: perf_analyzer needs Debian's libb64-0d (apt-get install libb64-0d)"; exit 1; }
+	@command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null \
+		|| { apt-get update -q >/dev/null && apt-get install -y -q wrk >/dev/null; } \
+		|| { echo "error: make bench-pipelines needs Debian's wrk (apt-get install wrk)"; exit 1; }
 
 # tests/deploy/test_monitoring.py runs Debian's prometheus and promtool (2.42) against the rules in
 # deploy/prometheus/; install them when missing (as root). The package's own service is not used
@@ -179,7 +182,7 @@ bench-quick: artifacts perf-deps guard-deps
 
 # Described pipelines (pipelines/*/pipeline.toml): lines written, description to first served
 # answer, served (HTTP guard) vs in-process and vs FastAPI + gunicorn (~8 min; build/bench/pipelines/).
-bench-pipelines: artifacts
+bench-pipelines: artifacts perf-deps guard-deps
 	$(PY) -m benchmarks.pipelines $(BENCH_ARGS)
 
 soak: artifacts

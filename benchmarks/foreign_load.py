@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import resource
 import time
 
 
 def _busy_and_own_s() -> tuple[float, float]:
     """(CPU seconds all processes used since boot, CPU seconds of this process and its
-    descendants: the server and its stubs), from ``/proc``."""
+    descendants: the server and its stubs, from ``/proc``, and the children it has reaped, e.g.
+    a finished ``wrk``, from ``getrusage``)."""
     tick = os.sysconf("SC_CLK_TCK")
     with open("/proc/stat") as fh:
         fields = [int(x) for x in fh.readline().split()[1:]]
@@ -31,7 +33,10 @@ def _busy_and_own_s() -> tuple[float, float]:
         kids = [c for c, p in parent.items() if p == pid and c not in ours]
         ours.update(kids)
         frontier += kids
-    return busy / tick, sum(cpu.get(p, 0) for p in ours) / tick
+    # Descendants that already exited (a wrk run) count through their rusage, not /proc.
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = sum(cpu.get(p, 0) for p in ours) / tick + reaped.ru_utime + reaped.ru_stime
+    return busy / tick, own
 
 
 class ForeignLoad:

@@ -20,19 +20,22 @@ measures, on the same sample rows (the description's own ``samples()``):
    of a new HTTP client. The subprocess phases include the interpreter's start, as a user
    running them pays it.
 3. **Served vs in-process**, one item per request: the served pipeline (that fresh server, CPU
-   configs, HTTP through the HTTP guard as the launcher serves by default, ``PipelineClient``,
-   one client per worker thread) and the same pipeline in this
+   configs: the one-step model of ``configs/cpu.pbtxt``; HTTP through the HTTP guard as the
+   launcher serves by default, and Triton's own HTTP endpoint behind it, for the guard's cost),
+   driven by ``wrk`` (:mod:`benchmarks.wrk`, C: a few per cent of a core) with KServe v2 bodies
+   built once per sample row, and the same pipeline in this
    process (the description's preprocess → one shared ONNX Runtime session on the checkout's
    built ``model.onnx`` → postprocess, as ``tests.pipeline_suite.in_process`` does) at
-   concurrency 1 and 16 (threads, closed loop: ``benchmarks.loadgen``), plus in-process with
-   the best batch of a short sweep as the reference ceiling. Outputs are checked before timing
-   (served = in-process = the test suite's ``in_process`` on every sample row). The server is
-   stopped before the in-process rows run, so they do not share the two cores.
+   concurrency 1 and 16 (Python threads, closed loop: ``benchmarks.loadgen``), plus in-process
+   with the best batch of a short sweep as the reference ceiling. Outputs are checked before
+   timing (served = in-process = the test suite's ``in_process`` on every sample row, through
+   ``PipelineClient``). The server is stopped before the in-process rows run, so they do not
+   share the two cores.
 4. **Served vs FastAPI**: the same pipeline as the FastAPI service a user would write (one
    route, JSON body, gunicorn with 1, 2 and one-per-core uvicorn workers, each layout alone;
-   :mod:`benchmarks.pipelines_vs_fastapi`), answers checked on every sample row, at the same
-   concurrency levels; the report states served c=16 throughput and c=1 p50 against the best
-   layout.
+   :mod:`benchmarks.pipelines_vs_fastapi`), answers checked on every sample row, driven by the
+   same ``wrk`` at the same concurrency levels; the report states served c=16 throughput and
+   c=1 p50 against the best layout.
 
 Writes ``report.md`` (the tables) and ``results.json`` into ``--out``. Ratios are served over
 in-process from this run.
@@ -48,12 +51,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks import loadgen, machine
+from benchmarks import loadgen, machine, wrk
 from benchmarks.foreign_load import ForeignLoad
 from benchmarks.loadgen import Measurement
 from benchmarks.pipelines_first_answer import copy_generated, server_options, timed_command
@@ -62,6 +65,7 @@ from benchmarks.pipelines_report import report
 from benchmarks.pipelines_served import (
     BATCHES,
     CONCURRENCY,
+    TRIALS,
     WARMUP_S,
     Result,
     Row,
@@ -69,7 +73,6 @@ from benchmarks.pipelines_served import (
     batch_of,
     check_outputs,
     kserve_body,
-    kserve_caller,
     local_caller,
     rows_of,
     timed_batches,
@@ -77,7 +80,6 @@ from benchmarks.pipelines_served import (
 from benchmarks.pipelines_vs_fastapi import (
     SERVED,
     SERVED_NO_GUARD,
-    SERVED_NO_SUMMARIES,
     comparison,
     measure_fastapi,
 )
@@ -162,22 +164,11 @@ def measure_pipeline(name: str, seconds: float, out: Path, say: Callable[[str], 
                 for level in CONCURRENCY:
                     say(f"{name}: {system} c={level}")
                     with ForeignLoad() as load_:
-                        m = loadgen.run_closed_loop(
-                            kserve_caller(port, name), bodies, level, seconds, WARMUP_S
-                        )
-                    result.rows.append(Row.of(system, m, load_, notes="KServe v2 JSON body"))
+                        m = wrk.run(port, f"/v2/models/{name}/infer", bodies, level, seconds,
+                                    WARMUP_S, TRIALS[level])  # fmt: skip
+                    result.rows.append(Row.of(system, m, load_, notes="KServe v2 JSON, wrk"))
         finally:
             server.stop()
-        say(f"{name}: server start, latency summaries off")
-        options = replace(options, latency_summaries=False)
-        with TritonServer(options):
-            for level in CONCURRENCY:
-                say(f"{name}: {SERVED_NO_SUMMARIES} c={level}")
-                with ForeignLoad() as load_:
-                    m = loadgen.run_closed_loop(
-                        kserve_caller(options.http_port, name), bodies, level, seconds, WARMUP_S
-                    )
-                result.rows.append(Row.of(SERVED_NO_SUMMARIES, m, load_, notes="KServe v2 JSON"))
     phases["total"] = sum(phases.values())
     phases_load.__exit__()
     result.phases_foreign_cpu = phases_load.share

@@ -24,6 +24,8 @@ from tritonrepo.description import Pipeline
 CONCURRENCY = (1, 16)
 BATCHES = (1, 4, 8, 16, 32)  # in-process batch sweep (capped at the description's max batch)
 WARMUP_S = 1.0
+# wrk runs per served and FastAPI row at concurrency 16, the best kept (benchmarks.wrk.run).
+TRIALS = {1: 1, 16: 2}
 
 
 class TimedInProcess(InProcess):
@@ -94,39 +96,6 @@ def kserve_body(request: dict[str, np.ndarray], pipeline: Any) -> tuple[bytes, d
         "Content-Type": "application/octet-stream",
         "Inference-Header-Content-Length": str(json_size),
     }
-
-
-def kserve_caller(port: int, name: str) -> loadgen.CallerFactory:
-    """Workers that POST prepared :func:`kserve_body` bodies to
-    ``http://127.0.0.1:<port>/v2/models/<name>/infer`` over their own keep-alive connection (the
-    FastAPI rows' load generator, :func:`benchmarks.loadgen.http_caller`, with the v2 route); a
-    non-200 answer raises."""
-    import http.client
-
-    def make():
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-
-        def call(prepared: tuple[bytes, dict[str, str]]) -> None:
-            connection.request("POST", f"/v2/models/{name}/infer", *prepared)
-            answer = connection.getresponse()
-            data = answer.read()
-            if answer.status != 200:
-                raise RuntimeError(f"HTTP {answer.status}: {data[:200]!r}")
-
-        return call, connection.close
-
-    return make
-
-
-def client_caller(name: str, url: str) -> loadgen.CallerFactory:
-    """Workers with their own HTTP :class:`PipelineClient`."""
-    from tritonrepo_client import PipelineClient
-
-    def make():
-        client = PipelineClient(name, url, "http")
-        return (lambda request: (client.infer(request), None)[1]), client.close
-
-    return make
 
 
 def local_caller(pipeline: TimedInProcess) -> loadgen.CallerFactory:

@@ -4,8 +4,8 @@
 (:mod:`benchmarks.pipeline_fastapi`: gunicorn with 1, 2 and one-per-core uvicorn workers, one
 layout at a time, nothing else of the benchmark running), checks its answers against the
 pipeline in this process on every sample row, and drives it with the same closed-loop load
-generator (:mod:`benchmarks.loadgen`) at the same concurrency levels as the served pipeline,
-one row per request (a JSON body built once per sample row; ``json.dumps`` per request).
+generator as the served pipeline (``wrk``, :mod:`benchmarks.wrk`) at the same concurrency
+levels, one row per request (a JSON body built once per sample row).
 
 :func:`comparison` puts the served pipeline next to the best FastAPI layout:
 
@@ -24,22 +24,20 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import loadgen
+from benchmarks import wrk
 from benchmarks.foreign_load import ForeignLoad
 from benchmarks.pipeline_fastapi import PipelineFastApi, answer_arrays, layouts, request_json
-from benchmarks.pipelines_served import CONCURRENCY, WARMUP_S, Row, check_outputs
+from benchmarks.pipelines_served import CONCURRENCY, TRIALS, WARMUP_S, Row, check_outputs
 from tritonrepo.description import Pipeline
 from tritonrepo.server.launcher import free_port
 
 C16_THROUGHPUT_RATIO = 1.5  # served / best FastAPI throughput at c=16, at least
 C1_P50_RATIO = 1.3  # served / best FastAPI p50 at c=1, at most
 FASTAPI = "FastAPI + ONNX Runtime, gunicorn + {} uvicorn worker{}"
-# The served rows (benchmarks.pipelines): as the launcher serves by default (HTTP guard, latency
-# summaries on), Triton's own HTTP endpoint behind the guard (the guard's cost), and with
-# Triton's latency summaries off (their cost).
+# The served rows (benchmarks.pipelines): as the launcher serves by default (through the HTTP
+# guard), and Triton's own HTTP endpoint behind the guard (the guard's cost).
 SERVED = "served (HTTP guard)"
 SERVED_NO_GUARD = "served, Triton's HTTP without the guard"
-SERVED_NO_SUMMARIES = "served (HTTP guard), latency summaries off"
 
 
 def _post(port: int, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -83,6 +81,8 @@ def measure_fastapi(
     """
     name = pipeline.name
     bodies = [request_json(request, pipeline) for request in requests]
+    json_type = {"Content-Type": "application/json"}
+    prepared = [(json.dumps(body).encode(), json_type) for body in bodies]
     rows = []
     for workers in layouts():
         system = FASTAPI.format(workers, "s" if workers > 1 else "")
@@ -99,65 +99,60 @@ def measure_fastapi(
                 check_outputs(got, row, f"{name}: FastAPI ({workers} workers) row {i}")
             for level in CONCURRENCY:
                 say(f"{name}: FastAPI, {workers} worker(s), c={level}")
-                caller = loadgen.http_json_caller(service.port, f"/{name}", lambda body: body)
                 with ForeignLoad() as load_:
-                    m = loadgen.run_closed_loop(caller, bodies, level, seconds, WARMUP_S)
-                rows.append(Row.of(system, m, load_, notes="JSON body"))
+                    m = wrk.run(service.port, f"/{name}", prepared, level, seconds, WARMUP_S,
+                                TRIALS[level])  # fmt: skip
+                rows.append(Row.of(system, m, load_, notes="JSON body, wrk"))
         finally:
             service.__exit__()
     return rows
 
 
 def comparison(pipeline: str, rows: Sequence[Row]) -> list[dict[str, Any]]:
-    """The two comparisons of the module docstring for one pipeline's rows, for the served
-    pipeline as the launcher serves it by default (:data:`SERVED`) and with latency summaries
-    off (:data:`SERVED_NO_SUMMARIES`): dicts with ``pipeline``, ``served_as``,
+    """The two comparisons of the module docstring for one pipeline's rows (the served rows
+    are :data:`SERVED`, as the launcher serves by default): dicts with ``pipeline``,
     ``concurrency``, ``measure``, ``served``, ``fastapi`` (the layout compared with), ``ratio``,
     ``wanted`` and ``met`` (None when a row is missing)."""
     fastapi = [r for r in rows if r.system.startswith("FastAPI")]
+    served = {r.concurrency: r for r in rows if r.system == SERVED}
+    found = []
     fast16 = max((r for r in fastapi if r.concurrency == 16), key=lambda r: r.items_per_s,
                  default=None)  # fmt: skip
+    s16 = served.get(16)
+    entry: dict[str, Any] = {
+        "pipeline": pipeline,
+        "concurrency": 16,
+        "measure": "throughput (and p99)",
+        "wanted": f"≥ {C16_THROUGHPUT_RATIO}×, lower p99",
+        "fastapi": fast16.system if fast16 else None,
+        "ratio": None,
+        "met": None,
+    }
+    if s16 and fast16 and fast16.items_per_s:
+        entry["ratio"] = s16.items_per_s / fast16.items_per_s
+        entry["served"] = f"{s16.items_per_s:.0f}/s, p99 {s16.p99_ms:.2f} ms"
+        entry["fastapi_value"] = f"{fast16.items_per_s:.0f}/s, p99 {fast16.p99_ms:.2f} ms"
+        entry["met"] = bool(
+            entry["ratio"] >= C16_THROUGHPUT_RATIO and s16.p99_ms < fast16.p99_ms and not s16.errors
+        )
+    found.append(entry)
     fast1 = min((r for r in fastapi if r.concurrency == 1), key=lambda r: r.p50_ms, default=None)
-    found = []
-    for served_as in (SERVED, SERVED_NO_SUMMARIES):
-        served = {r.concurrency: r for r in rows if r.system == served_as}
-        s16, s1 = served.get(16), served.get(1)
-        entry: dict[str, Any] = {
-            "pipeline": pipeline,
-            "served_as": served_as,
-            "concurrency": 16,
-            "measure": "throughput (and p99)",
-            "wanted": f"≥ {C16_THROUGHPUT_RATIO}×, lower p99",
-            "fastapi": fast16.system if fast16 else None,
-            "ratio": None,
-            "met": None,
-        }
-        if s16 and fast16 and fast16.items_per_s:
-            entry["ratio"] = s16.items_per_s / fast16.items_per_s
-            entry["served"] = f"{s16.items_per_s:.0f}/s, p99 {s16.p99_ms:.2f} ms"
-            entry["fastapi_value"] = f"{fast16.items_per_s:.0f}/s, p99 {fast16.p99_ms:.2f} ms"
-            entry["met"] = bool(
-                entry["ratio"] >= C16_THROUGHPUT_RATIO
-                and s16.p99_ms < fast16.p99_ms
-                and not s16.errors
-            )
-        found.append(entry)
-        entry = {
-            "pipeline": pipeline,
-            "served_as": served_as,
-            "concurrency": 1,
-            "measure": "p50",
-            "wanted": f"≤ {C1_P50_RATIO}×",
-            "fastapi": fast1.system if fast1 else None,
-            "ratio": None,
-            "met": None,
-        }
-        if s1 and fast1 and fast1.p50_ms:
-            entry["ratio"] = s1.p50_ms / fast1.p50_ms
-            entry["served"] = f"p50 {s1.p50_ms:.2f} ms"
-            entry["fastapi_value"] = f"p50 {fast1.p50_ms:.2f} ms"
-            entry["met"] = bool(entry["ratio"] <= C1_P50_RATIO and not s1.errors)
-        found.append(entry)
+    s1 = served.get(1)
+    entry = {
+        "pipeline": pipeline,
+        "concurrency": 1,
+        "measure": "p50",
+        "wanted": f"≤ {C1_P50_RATIO}×",
+        "fastapi": fast1.system if fast1 else None,
+        "ratio": None,
+        "met": None,
+    }
+    if s1 and fast1 and fast1.p50_ms:
+        entry["ratio"] = s1.p50_ms / fast1.p50_ms
+        entry["served"] = f"p50 {s1.p50_ms:.2f} ms"
+        entry["fastapi_value"] = f"p50 {fast1.p50_ms:.2f} ms"
+        entry["met"] = bool(entry["ratio"] <= C1_P50_RATIO and not s1.errors)
+    found.append(entry)
     return found
 
 
@@ -167,21 +162,20 @@ def comparison_section(entries: Sequence[dict[str, Any]]) -> list[str]:
         "",
         "## Served (through the HTTP guard) vs the FastAPI service it replaces",
         "",
-        "Both from this run, one item per request over HTTP, the same load generator. c=16: "
+        "Both from this run, one item per request over HTTP, the same load generator (wrk, "
+        "benchmarks/wrk.py). c=16: "
         f"served throughput / the FastAPI layout with the highest throughput, wanted "
         f"≥ {C16_THROUGHPUT_RATIO}× with a lower p99; c=1: served p50 / the lowest FastAPI p50, "
         f"wanted ≤ {C1_P50_RATIO}×.",
         "",
-        "| pipeline | served as | concurrency | served | best FastAPI layout | ratio | wanted "
-        "| met |",
-        "|---|---|---|---|---|---|---|---|",
+        "| pipeline | concurrency | served | best FastAPI layout | ratio | wanted | met |",
+        "|---|---|---|---|---|---|---|",
     ]
     for e in entries:
         ratio = f"{e['ratio']:.2f}×" if e["ratio"] is not None else "–"
         met = {True: "**met**", False: "**missed**", None: "not measured"}[e["met"]]
         lines.append(
-            f"| {e['pipeline']} | {e.get('served_as', SERVED)} | {e['concurrency']} | "
-            f"{e.get('served', '–')} | "
+            f"| {e['pipeline']} | {e['concurrency']} | {e.get('served', '–')} | "
             f"{e['fastapi'] or '–'}: {e.get('fastapi_value', '–')} | {ratio} | {e['wanted']} | "
             f"{met} |"
         )

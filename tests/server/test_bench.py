@@ -223,3 +223,49 @@ def test_quick_run_measures_every_system(tmp_path):
         assert f"## {workload}" in text
         for kind in ("throughput", "latency"):
             assert (tmp_path / f"{workload}_{kind}.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_wrk_sends_every_prepared_body_with_its_headers_and_counts_refusals():
+    """``benchmarks.wrk`` against a real HTTP server of the standard library: every prepared
+    body arrives with its own headers, the requests wrk reports were served, and the answers
+    that were not 2xx are counted as errors (the server refuses every body that asks for it)."""
+    import http.server
+
+    from benchmarks import wrk
+    from tritonrepo.server.launcher import free_port
+
+    if not wrk.available():
+        pytest.fail(f"wrk is missing: {wrk.INSTALL}")
+    seen: dict[bytes, set[str]] = {}
+    served = [0]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as wrk expects
+
+        def do_POST(self) -> None:  # the stdlib handler's method name
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            seen.setdefault(body, set()).add(self.headers.get("X-Body", ""))
+            status = 500 if body == b"refuse" else 200
+            served[0] += 1
+            self.send_response(status)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    port = free_port()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        bodies = [(b"first", {"X-Body": "1"}), (b"\x00binary\xff", {"X-Body": "2"}),
+                  (b"refuse", {"X-Body": "3"})]  # fmt: skip
+        m = wrk.run(port, "/any", bodies, concurrency=2, seconds=1, warmup_s=1)
+    finally:
+        server.shutdown()
+    assert seen == {b"first": {"1"}, b"\x00binary\xff": {"2"}, b"refuse": {"3"}}
+    assert m.requests > 30 and m.throughput > 0 and m.p50_ms <= m.p99_ms
+    # One body in three is refused: about a third of the measured requests are errors.
+    assert abs(m.errors - m.requests / 3) <= 2, (m.errors, m.requests)
+    assert served[0] >= m.requests

@@ -82,7 +82,7 @@ def tritonserver_command(
         "--allow-gpu-metrics=false",
         # Latency quantiles per model (nv_inference_request_summary_us{quantile="0.99"} and
         # the queue/compute summaries), which the p99 alert and the dashboard read.
-        f"--metrics-config=summary_latencies={str(o.latency_summaries).lower()}",
+        "--metrics-config=summary_latencies=true",
         "--exit-on-error=false",
         f"--exit-timeout-secs={o.exit_timeout_s}",
         # Readiness is judged per served model with a probe (tritonrepo_client.control.health): a

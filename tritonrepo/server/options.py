@@ -98,12 +98,6 @@ class ServerOptions:
     that sends more than ``grpc_max_request_bytes`` bytes (``RESOURCE_EXHAUSTED``), ends TLS
     when ``grpc_tls`` is set, and forwards to ``tritonserver``'s gRPC endpoint on 127.0.0.1 on a
     private free port.
-    ``latency_summaries``: Triton's per-model latency quantiles
-    (``--metrics-config=summary_latencies=true``: ``nv_inference_request_summary_us`` and the
-    queue and compute summaries), which the p99 alert and the dashboard read. Each request
-    updates five quantile estimators under a lock; for a small model on 2 cores they cost about
-    a third of the throughput at concurrency 16 (``make bench-pipelines`` measures it), so a
-    deployment that reads latency from its load balancer or its clients may turn them off.
     ``models``: the models to serve; empty = those of ``model_repository`` served by default
     (:func:`default_models`).
     """
@@ -136,7 +130,6 @@ class ServerOptions:
     expose_grpc: bool = False
     grpc_guard: bool = False
     grpc_max_request_bytes: int = GRPC_MAX_REQUEST_BYTES
-    latency_summaries: bool = True
 
     def __post_init__(self) -> None:
         if not self.models:

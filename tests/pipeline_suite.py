@@ -5,22 +5,21 @@ The served pipeline (a server of the class's own, CPU configs, the pipeline alon
 with the same functions and model called in one process (preprocess → ONNX Runtime on the
 built ``model.onnx`` → postprocess), over HTTP and gRPC, one row per request and all rows in
 one request; concurrent single-row requests (joined by the dynamic batchers) each get their own
-answer; the one-step CPU model equals the ensemble; the declared health probe passes; a request
-with a bad value gets its own error while the others of the batch are served; a request with
-wrong dims is refused by Triton; a value the client's cast would change (``1e40`` for an FP32
-input) is refused before anything is sent.
+answer; the one-step CPU model equals the ensemble (on a server of its own); the declared
+health probe passes; a request with a bad value gets its own error while the others of the
+batch are served; a request with wrong dims is refused by Triton; a value the client's cast
+would change (``1e40`` for an FP32 input) is refused before anything is sent.
 """
 
 from __future__ import annotations
 
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2
 
 from builders.pipeline.in_process import InProcess
 from builders.pipeline.render_fused import fused_reason
@@ -178,46 +177,46 @@ class PipelineSuite(DescribedSuite):
                 )
         assert server.process is not None and server.process.poll() is None
 
-    def test_the_one_step_cpu_model_equals_the_ensemble(self, pipeline, samples, server):
+    def test_the_one_step_cpu_model_equals_the_ensemble(self, pipeline, samples, server, tmp_path):
         """The CPU set's one-step model (preprocess, core and postprocess in one Python-backend
-        step, ``builders.pipeline.render_fused``) against the ensemble of ``config.pbtxt``,
-        loaded on the same server with its steps and the core in their CPU configs (a load-API
-        config override), over HTTP on every sample row, one request of all rows and one row
-        per request; the one-step model is loaded back afterwards."""
+        step, ``builders.pipeline.render_fused``) against the ensemble of ``config.pbtxt`` with
+        its steps and core in their CPU configs, served by a throwaway server of its own
+        (a repository whose pipeline folder has no ``configs/``), over HTTP on every sample row:
+        one request of all rows and one row per request."""
         if fused_reason(pipeline) is not None:
             pytest.skip(f"{pipeline.name} has no one-step CPU model: {fused_reason(pipeline)}")
         rows = min(len(next(iter(samples.values()))), pipeline.max_batch_size)
         batch = {k: np.asarray(v[:rows]) for k, v in samples.items()}
-        options = server.options
-        ensemble = json_format.MessageToJson(
-            text_format.Parse(
-                (MODEL_REPOSITORY / pipeline.name / "config.pbtxt").read_text(),
-                model_config_pb2.ModelConfig(),
-            )
-        )
-        control = httpclient.InferenceServerClient(server.triton_http_url)
-        key = options.repository_headers
+        repository = tmp_path / "model_repository"
+        repository.mkdir()
+        for model in MODEL_REPOSITORY.iterdir():
+            if model.name != pipeline.name:
+                (repository / model.name).symlink_to(model, target_is_directory=True)
+        shutil.copytree(MODEL_REPOSITORY / pipeline.name, repository / pipeline.name,
+                        ignore=shutil.ignore_patterns("configs", "__pycache__"))  # fmt: skip
 
-        def answers() -> list[dict[str, np.ndarray]]:
-            with PipelineClient(pipeline.name, options.http_url) as client:
+        def answers(url: str) -> list[dict[str, np.ndarray]]:
+            with PipelineClient(pipeline.name, url) as client:
                 whole = client.infer(batch)
                 return [whole] + [
                     client.infer({k: v[i : i + 1] for k, v in batch.items()}) for i in range(rows)
                 ]
 
-        try:
-            assert control.get_model_config(pipeline.name)["backend"] == "python"
-            fused = answers()
-            control.load_model(pipeline.name, config=ensemble, headers=key)
-            assert control.get_model_config(pipeline.name)["platform"] == "ensemble"
-            index = control.get_model_repository_index(headers=key)
-            assert pipeline.preprocess.model in [m["name"] for m in index if m.get("state")]
-            composed = answers()
-        finally:
-            control.load_model(pipeline.name, headers=key)
-            control.close()
-        assert_same(fused[0], composed[0], f"{rows} rows in one request")
-        for i, (got, want) in enumerate(zip(fused[1:], composed[1:], strict=True)):
+        one_step = answers(server.options.http_url)
+        options = server_options(
+            f"pipeline-{pipeline.name}-ensemble", model_repository=repository,
+            models=(pipeline.name,),
+        )  # fmt: skip
+        with TritonServer(options):
+            control = httpclient.InferenceServerClient(options.http_url)
+            try:
+                config = control.get_model_config(pipeline.name)
+            finally:
+                control.close()
+            assert config.get("platform") == "ensemble", config
+            composed = answers(options.http_url)
+        assert_same(one_step[0], composed[0], f"{rows} rows in one request")
+        for i, (got, want) in enumerate(zip(one_step[1:], composed[1:], strict=True)):
             assert_same(got, want, f"row {i} alone")
 
     def test_a_value_a_cast_would_change_is_refused_before_sending(self, pipeline, samples, server):

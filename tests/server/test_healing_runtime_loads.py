@@ -37,13 +37,17 @@ QUIET_S = 60.0  # time without a single reload after the loads
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[TritonServer]:
     """ctr_session (with ctr_model, which it calls through BLS) served and supervised (a pass
-    every second) on a repository of its own: symlinks to the built models, and a slow-import
-    copy of ``breast_cancer_preprocess``."""
+    every second) on a repository of its own: symlinks to the built models, a slow-import
+    copy of ``breast_cancer_preprocess``, and ``breast_cancer`` as its ensemble in every set."""
     require_artifacts()
     repo = tmp_path_factory.mktemp("repository")
     for model in MODEL_REPOSITORY.iterdir():
-        if model.name != SLOW_STEP and (model / "config.pbtxt").is_file():
+        if model.name not in (SLOW_STEP, PIPELINE) and (model / "config.pbtxt").is_file():
             (repo / model.name).symlink_to(model, target_is_directory=True)
+    # The pipeline as its ensemble on CPU too (without its CPU set's one-step model), so that
+    # loading it loads its Python steps.
+    shutil.copytree(MODEL_REPOSITORY / PIPELINE, repo / PIPELINE,
+                    ignore=shutil.ignore_patterns("configs", "__pycache__"))  # fmt: skip
     slow = repo / SLOW_STEP
     shutil.copytree(
         MODEL_REPOSITORY / SLOW_STEP, slow, ignore=shutil.ignore_patterns("__pycache__")

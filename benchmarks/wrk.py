@@ -43,7 +43,7 @@ for k = 1, count do
     heads[k][name] = value
   end
 end
-local i = {offset}
+local i = 0
 request = function()
   i = i % count + 1
   return wrk.format("POST", "{path}", heads[i], bodies[i])
@@ -120,7 +120,7 @@ def run(
             (folder / f"{k}.body").write_bytes(body)
             (folder / f"{k}.head").write_text("".join(f"{n}: {v}\n" for n, v in headers.items()))
         script = folder / "bodies.lua"
-        script.write_text(LUA.format(dir=folder, count=len(bodies), path=path, offset=0))
+        script.write_text(LUA.format(dir=folder, count=len(bodies), path=path))
         url = f"http://127.0.0.1:{port}"
 
         def once(duration_s: float) -> str:

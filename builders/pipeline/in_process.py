@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from tritonrepo.description import Pipeline, import_ref
+from tritonrepo.pipelines.fused_step import batch_only_inputs, for_graph, for_steps
 
 Tensors = dict[str, np.ndarray]
 
@@ -36,7 +37,7 @@ class InProcess:
         source = model if isinstance(model, bytes) else str(model)
         self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         self.names = [o.name for o in self.session.get_outputs()]
-        self.flat = {i.name for i in self.session.get_inputs() if len(i.shape) == 1}
+        self.flat = batch_only_inputs(self.session)
         pre = pipeline.preprocess.function  # None for a stateful pipeline (its session step)
         self.pre = import_ref(pre) if pre else None
         self.post = import_ref(pipeline.postprocess.function)
@@ -46,7 +47,7 @@ class InProcess:
         feeds = {}
         for tensor in self.session.get_inputs():
             value = np.asarray(pre_out[tensor.name])
-            feeds[tensor.name] = value.reshape(-1) if tensor.name in self.flat else value
+            feeds[tensor.name] = for_graph(tensor.name, value, self.flat)
         return feeds
 
     def run_core(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
@@ -56,10 +57,7 @@ class InProcess:
     def post_inputs(self, pre_out: Mapping[str, Any], results: Sequence[np.ndarray]) -> Tensors:
         """Postprocess's inputs: the graph's outputs (a batch-only one as ``[n, 1]``) and the
         extra preprocess outputs."""
-        post_in = {
-            n: (r.reshape(-1, 1) if r.ndim == 1 else r)
-            for n, r in zip(self.names, results, strict=True)
-        }
+        post_in = {n: for_steps(r) for n, r in zip(self.names, results, strict=True)}
         post_in.update({t.name: pre_out[t.name] for t in self.pipeline.preprocess.outputs})
         return post_in
 

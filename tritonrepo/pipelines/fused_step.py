@@ -48,6 +48,23 @@ from tritonrepo.step.python_step import Outputs, PythonStep
 Tensors = dict[str, np.ndarray]
 
 
+def batch_only_inputs(session: object) -> set[str]:
+    """The inputs of an ONNX Runtime session with the batch dim only (``[n]``): the steps
+    around the graph see them as ``[n, 1]`` (the configs declare ``dims: [ 1 ]`` with
+    ``reshape: { shape: [ ] }``), here and in ``builders.pipeline.in_process``."""
+    return {i.name for i in session.get_inputs() if len(i.shape) == 1}  # type: ignore[attr-defined]
+
+
+def for_graph(name: str, value: np.ndarray, batch_only: set[str]) -> np.ndarray:
+    """A step's ``[n, 1]`` tensor as the graph's ``[n]`` when ``name`` is batch-only."""
+    return value.reshape(-1) if name in batch_only else value
+
+
+def for_steps(value: np.ndarray) -> np.ndarray:
+    """A graph output with the batch dim only (``[n]``) as the steps' ``[n, 1]``."""
+    return value.reshape(-1, 1) if value.ndim == 1 else value
+
+
 def fused_run(
     items: list[Tensors],
     preprocess: tuple[Callable, str, dict[str, OutputSpec]],
@@ -77,19 +94,18 @@ def fused_run(
     good = [i for i, r in enumerate(results) if not isinstance(r, Exception)]
     # A graph tensor with the batch dim only is [n] for the graph and [n, 1] for the steps, as
     # in the ensemble (its configs reshape it) and in builders.pipeline.in_process.
-    flat = {i.name for i in runner.session.get_inputs() if len(i.shape) == 1}
+    flat = batch_only_inputs(runner.session)
     feeds = [
-        {n: (results[i][n].reshape(-1) if n in flat else results[i][n])  # type: ignore[index]
-         for n in runner.input_names}
+        {n: for_graph(n, results[i][n], flat) for n in runner.input_names}  # type: ignore[index]
         for i in good
-    ]  # fmt: skip
+    ]
     post_items, post_at = [], []
     for i, core_out in zip(good, runner.run_batch(feeds) if feeds else [], strict=True):
         if isinstance(core_out, Exception):
             results[i] = RuntimeError(f"core model: {core_out}")
             continue
         extras = {k: v for k, v in results[i].items() if k not in runner.input_names}  # type: ignore[union-attr]
-        outs = {k: (v.reshape(-1, 1) if v.ndim == 1 else v) for k, v in core_out.items()}
+        outs = {k: for_steps(v) for k, v in core_out.items()}
         post_items.append({**outs, **extras})
         post_at.append(i)
     if post_items:

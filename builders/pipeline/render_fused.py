@@ -9,7 +9,7 @@ on a CPU server too (the parity test loads both). Only a pipeline of the usual s
 CPU, and preprocess and postprocess given as functions that call no model.
 
 The fused model takes the core's ``cpu`` deployment (dynamic batching delays and preferred
-sizes, ONNX Runtime parameters; instances: at least :data:`FUSED_INSTANCES`) with Triton's
+sizes, ONNX Runtime parameters; instances: :func:`fused_instances`) with Triton's
 plain queue (:data:`tritonrepo.server.queue_policy.ONE_STEP`, which says why): priorities,
 queue bounds and request timeouts apply to the ensemble's core, not here.
 """
@@ -37,11 +37,19 @@ from tritonrepo_client.model_repository.roles import PROBE_PARAMETER
 
 FUSED_SET = "cpu"
 FUSED_CLASS = "tritonrepo.pipelines.fused_step:FusedStep"
-# At least two instances (two stubs), so a slow request (a large image) does not hold every
-# other one behind it. On 2 cores with the plain queue (click_lightgbm, c=16 through the guard,
-# 10 s runs) one instance served 4,350 requests/s with a worst latency of 121-146 ms, two
-# 3,890-4,050/s with 33-47 ms.
-FUSED_INSTANCES = 2
+# Instances of the one-step model when the core's cpu deployment asks for one
+# (fused_instances): one when every input is a number tensor, two when an input is BYTES.
+# - Numeric inputs (tabular rows): the steps are numpy over the whole batch, so the cost of an
+#   execute is mostly its fixed part, and one instance makes larger batches. On 2 cores at c=16
+#   through the HTTP guard (wrk, 6 s runs), one instance served 6,750-7,170 click_lightgbm
+#   requests/s against 6,100-6,150 for two (batches of 7 against 4), and breast_cancer
+#   5,950-6,070 against 5,190-5,490, with p99 within 1 ms of each other. ONNX Runtime then gets
+#   every core (share_of_cores).
+# - BYTES inputs (encoded images, texts): the steps decode item by item in Python under the
+#   GIL, so a second stub process is what uses a second core, and one large item does not hold
+#   every other one behind it: nudenet_detector served 79.7 against 72.6 images/s with two.
+NUMERIC_INSTANCES = 1
+BYTES_INSTANCES = 2
 FUSED_DOC = (
     "One Python-backend model on CPU: preprocess -> core (ONNX Runtime) -> postprocess in one\n"
     "execute, without the ensemble's hops (tritonrepo/pipelines/fused_step.py). config.pbtxt\n"
@@ -98,12 +106,23 @@ def fused_config(
             f"version_policy: {{ specific: {{ versions: [ {versions} ] }} }}\n",
             _io("input", pipeline.inputs),
             _io("output", pipeline.outputs, labels=True),
-            f"instance_group [ {{ count: {max(deployment.instances, FUSED_INSTANCES)} "
-            "kind: KIND_CPU } ]\n",
+            f"instance_group [ {{ count: {fused_instances(pipeline)} kind: KIND_CPU }} ]\n",
             _batching(deployment, ONE_STEP),
             _parameters(parameters),
         ]
     )
+
+
+def fused_instances(pipeline: Pipeline) -> int:
+    """Instances of the one-step model: the core's cpu deployment's ``instances`` when it asks
+    for more than one, else :data:`BYTES_INSTANCES` when an input is BYTES and
+    :data:`NUMERIC_INSTANCES` when all are numbers (the constants say what was measured)."""
+    asked = pipeline.core.deployments[FUSED_SET].instances
+    if asked > 1:
+        return asked
+    if any(t.dtype == "BYTES" for t in pipeline.inputs):
+        return BYTES_INSTANCES
+    return NUMERIC_INSTANCES
 
 
 def _output(t: Tensor) -> dict[str, object]:

@@ -19,6 +19,7 @@ import yaml
 
 from tests.dockerfile_steps import COMPOSE_FILE, DOCKER_DIR, ENTRYPOINT, parse_dockerfile
 from tritonrepo.paths import REPO_ROOT
+from tritonrepo.server.command import tritonserver_command
 from tritonrepo.server.options import ServerOptions, default_models
 from tritonrepo_client.cli import app as cli
 
@@ -278,6 +279,10 @@ def test_entrypoint_with_plans_starts_the_server(tmp_path) -> None:
     assert f"--http-restricted-api={locked}" in serve
     assert f"--grpc-restricted-protocol={locked}" in serve
     assert "--model-config-name" not in serve
+    # The latency metrics the alert reads, with the launcher's quantiles.
+    for flag in tritonserver_command(loaded, repo, "prefix", http_port=1, grpc_port=2):
+        if flag.startswith("--metrics-config="):
+            assert flag in serve.split()
 
 
 def test_entrypoint_does_not_start_the_server_when_preflight_fails(tmp_path) -> None:

@@ -108,3 +108,29 @@ def test_a_core_failure_fails_only_the_requests_it_ran(runner: OnnxRunner):
                        "ROWS": OutputSpec(np.dtype(np.int64), (1,))})  # fmt: skip
     (result,) = fused_run([{"VALUES": np.zeros((1, 3), np.float32)}], wide, runner, POST)
     assert isinstance(result, RuntimeError) and str(result).startswith("core model: ")
+
+
+def test_instances_follow_the_inputs_unless_the_cpu_deployment_asks():
+    """Numeric inputs: one instance (larger batches); a BYTES input: two (decoding in Python
+    holds the GIL); an explicit ``instances`` above one in the core's cpu deployment wins."""
+    from dataclasses import replace
+
+    from builders.pipeline.render_fused import (
+        BYTES_INSTANCES,
+        FUSED_SET,
+        NUMERIC_INSTANCES,
+        fused_instances,
+    )
+    from tritonrepo.description import load
+    from tritonrepo.paths import PIPELINES
+
+    tabular = load(PIPELINES / "click_lightgbm" / "pipeline.toml")
+    images = load(PIPELINES / "nudenet_detector" / "pipeline.toml")
+    assert {t.dtype for t in tabular.inputs} == {"FP32"}
+    assert "BYTES" in {t.dtype for t in images.inputs}
+    assert (NUMERIC_INSTANCES, BYTES_INSTANCES) == (1, 2)
+    assert fused_instances(tabular) == NUMERIC_INSTANCES
+    assert fused_instances(images) == BYTES_INSTANCES
+    cpu = replace(tabular.core.deployments[FUSED_SET], instances=3)
+    core = replace(tabular.core, deployments={**tabular.core.deployments, FUSED_SET: cpu})
+    assert fused_instances(replace(tabular, core=core)) == 3

@@ -155,6 +155,23 @@ def test_other_exceptions_are_internal_errors_naming_the_function():
         assert error_kind(result) == "internal"
 
 
+def test_sys_exit_in_a_function_fails_only_the_request_that_called_it():
+    """``sys.exit()`` left in a step is an internal error of the request that reached it; the
+    others of the batch are answered (SystemExit is not an Exception)."""
+
+    def fn(inputs):
+        if (inputs["X"] > 100).any():
+            sys.exit(3)
+        return {"Y": (2 * inputs["X"]).astype(np.float32)}
+
+    ok, bad = _item(2), _item(1, 200)
+    results = call_batch(fn, [ok, bad], OUT, ref=REF)
+    np.testing.assert_array_equal(_ok(results[0])["Y"], 2 * ok["X"])
+    assert type(results[1]) is RuntimeError
+    assert str(results[1]) == "internal error in tests.fake:double: SystemExit(3)"
+    assert error_kind(results[1]) == "internal"
+
+
 def test_the_default_ref_is_module_and_qualname():
     def boom(inputs):
         raise KeyError("x")

@@ -212,9 +212,11 @@ def call_batch(
           its first dim is not ``b_i``, its trailing dims differ from the declared ones, or its
           dtype cannot be cast (numeric: ``np.can_cast(got, declared, "same_kind")``; BYTES:
           object arrays of bytes/str, or ``S``/``U`` arrays).
-        - ``RuntimeError("internal error in <ref>: <repr>")``: ``fn`` raised anything else.
+        - ``RuntimeError("internal error in <ref>: <repr>")``: ``fn`` raised anything else,
+          ``SystemExit`` included (a ``sys.exit()`` left in a function must not end the
+          stub's ``execute`` and every request of the batch with it).
 
-    Nothing is raised out of this function (``Exception`` subclasses only).
+    Nothing is raised out of this function (``Exception`` and ``SystemExit``).
     """
     name = ref or function_ref(fn)
     results: list[Tensors | Exception | None] = [None] * len(items)
@@ -274,7 +276,7 @@ def _joint(
         joined = {key: np.concatenate([item[key] for item in group]) for key in group[0]}
         total = sum(int(s) for s in sizes if s is not None)
         checked = _check(fn(joined), total, outputs, "")
-    except Exception:
+    except (Exception, SystemExit):
         return None
     cuts = np.cumsum([int(s) for s in sizes if s is not None])[:-1]
     parts = {key: np.split(value, cuts) for key, value in checked.items()}
@@ -290,7 +292,7 @@ def _call_one(
 ) -> Tensors | Exception:
     try:
         result = fn(dict(item))
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in a step ends only this request
         return _as_request_error(exc, name)
     try:
         return _check(result, size, outputs, name)
@@ -300,7 +302,7 @@ def _call_one(
         return RuntimeError(f"internal error checking the results of {name}: {exc!r}")
 
 
-def _as_request_error(exc: Exception, name: str) -> Exception:
+def _as_request_error(exc: BaseException, name: str) -> Exception:
     """A ``ValueError`` is the request's fault (InvalidRequest); anything else is internal."""
     if isinstance(exc, InvalidRequest):
         return exc

@@ -21,8 +21,8 @@ FP32, and
   JSON, pydantic and the Python around each small forward run on the host, where more
   processes help.
 * **The served ensemble** ``ctr_ranking`` (``--model-config-name torch_gpu``), one user per
-  request, over HTTP/JSON (KServe v2) with the same load generator and caller as the naive
-  server (:func:`benchmarks.loadgen.http_json_caller`), and, in full mode, perf_analyzer over
+  request, over HTTP/JSON (KServe v2) with the same load generator as the naive server
+  (:mod:`benchmarks.gpu_load`: ``wrk`` when the host has it), and, in full mode, perf_analyzer over
   gRPC as a cross-check of the load source. Per level, Triton's statistics of each step
   (queue and compute ms per request, ``ctr_model``'s average batch in rows); in full mode
   ``ctr_preprocess`` and ``ctr_postprocess`` are also driven alone (their ceiling).
@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import inputs, loadgen
+from benchmarks import inputs
 from benchmarks.gpu_ctr_checks import (
     AUC_ROWS,
     CANDIDATES,
@@ -69,6 +69,7 @@ from benchmarks.gpu_ctr_checks import (
 )
 from benchmarks.gpu_ctr_in_process import in_process
 from benchmarks.gpu_ctr_summary import summary
+from benchmarks.gpu_load import Target, timed_levels
 from benchmarks.inputs import RankRequest
 from benchmarks.perf_analyzer import Window
 from benchmarks.results import System
@@ -109,27 +110,10 @@ QUICK = Knobs(256, (1, 16, 64), 0.5, (1, 16), 1.5, 0.5, (1,), None, None)
 FULL = Knobs(1024, (1, 16, 64, 256), 2.0, (1, 16, 64), 5.0, 1.0, (1, 4), Window(1500, 25, 4), 64)
 
 
-def _timed_levels(make, requests, knobs: Knobs, label: str, snapshot=None):
-    """The load generator at each of ``knobs.levels``.
-
-    Args:
-        snapshot: optional ``() -> {model: StepStats}``, taken before and after each level.
-
-    Returns:
-        The measurements, a note on the CPU cores the load generator's process used per
-        level (near 1.0: Python's GIL may be the limit), and per level the step statistics.
-    """
-    levels, cores, stats = [], [], {}
-    for level in knobs.levels:
-        before = snapshot() if snapshot else {}
-        cpu, wall = time.process_time(), time.monotonic()
-        m = loadgen.run_closed_loop(make, requests, level, knobs.loadgen_s, knobs.warmup_s)
-        cores.append(f"c{level}: {(time.process_time() - cpu) / (time.monotonic() - wall):.2f}")
-        if snapshot:
-            stats[level] = {k: v.since(before[k]) for k, v in snapshot().items()}
-        levels.append(m)
-        print(f"{label} c={level}: {m.throughput:.0f} users/s, p99 {m.p99_ms:.1f} ms", flush=True)
-    return levels, "load generator CPU cores " + ", ".join(cores), stats
+def _timed(target: Target, requests, knobs: Knobs, label: str, snapshot=None):
+    """:func:`benchmarks.gpu_load.timed_levels` at ``knobs``' levels and durations."""
+    return timed_levels(target, requests, knobs.levels, knobs.loadgen_s, knobs.warmup_s, label,
+                        snapshot)  # fmt: skip
 
 
 def naive(requests, reference, device: str, workers: int, knobs: Knobs, out: Path) -> System:
@@ -145,8 +129,8 @@ def naive(requests, reference, device: str, workers: int, knobs: Knobs, out: Pat
             got = _post(port, "/rank", naive_body(r) | {"top_k": CANDIDATES})
             answers.append((np.asarray(got["item_ids"]), np.asarray(got["scores"])))
         worst = check(name, answers, requests, reference, TOLERANCES["fp32"].max_ctr_diff)
-        make = loadgen.http_json_caller(port, "/rank", naive_body)
-        levels, cores, _ = _timed_levels(make, requests, knobs, f"naive w={workers}")
+        levels, cores, _ = _timed(Target(port, "/rank", naive_body), requests, knobs,
+                                  f"naive w={workers}")  # fmt: skip
     return System(
         WORKLOAD,
         f"naive_w{workers}",
@@ -198,13 +182,13 @@ def served(server, requests, log: ClickLog, reference, auc_fp32: float, precisio
     def snapshot():
         return {m: triton_side.step_stats(server, m) for m in STEPS}
 
-    make = loadgen.http_json_caller(port, INFER_PATH, triton_body)
-    levels, cores, stats = _timed_levels(make, requests, knobs, "served", snapshot)
+    levels, cores, stats = _timed(Target(port, INFER_PATH, triton_body), requests, knobs,
+                                  "served", snapshot)  # fmt: skip
     systems = [
         System(
             WORKLOAD,
             "triton_python_load",
-            f"{label}, HTTP/JSON, Python load generator",
+            f"{label}, HTTP/JSON, the naive server's load generator",
             "python",
             accuracy,
             levels,
@@ -261,10 +245,10 @@ def steps_alone(server, requests, reference, knobs: Knobs) -> list[System]:
         (spec.PREPROCESS_MODEL, lambda pair: triton_body(pair[0]) | binary),
         (spec.POSTPROCESS_MODEL, post),
     ):
-        make = loadgen.http_json_caller(server.options.http_port, f"/v2/models/{model}/infer", body)
+        target = Target(server.options.http_port, f"/v2/models/{model}/infer", body)
         one = dataclasses.replace(knobs, levels=(knobs.steps_level,))
         pairs = list(zip(requests, reference, strict=True))
-        levels, cores, _ = _timed_levels(make, pairs, one, model)
+        levels, cores, _ = _timed(target, pairs, one, model)
         systems.append(
             System(WORKLOAD, f"step_{model}", f"Triton {model} alone", "python", "", levels, cores)
         )

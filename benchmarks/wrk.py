@@ -52,8 +52,15 @@ end
 
 
 def available() -> bool:
-    """True when ``wrk`` is on ``PATH``."""
-    return shutil.which(WRK) is not None
+    """True when ``wrk`` is on ``PATH`` and starts (its version banner; a copy carried to
+    another host may lack a library it links)."""
+    if shutil.which(WRK) is None:
+        return False
+    try:
+        done = subprocess.run([WRK, "--version"], capture_output=True, text=True, timeout=10)
+    except OSError:
+        return False
+    return done.stdout.startswith("wrk ")
 
 
 def _ms(text: str) -> float:
@@ -73,7 +80,7 @@ def parse(output: str, concurrency: int) -> Measurement:
         ValueError: the report lacks its requests/s or latency distribution lines.
     """
     rate = re.search(r"Requests/sec:\s+([0-9.]+)", output)
-    percentiles = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", output, flags=re.M))
+    percentiles = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", output, flags=re.M))
     done = re.search(r"^\s+(\d+) requests in", output, flags=re.M)
     if not rate or not done or set(percentiles) != {"50", "99"}:
         raise ValueError(f"wrk's report has no throughput or latency distribution:\n{output}")

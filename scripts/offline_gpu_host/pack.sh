@@ -64,6 +64,13 @@ download --no-deps -d "$stage/server" "$(pin numpy)" "$(pin nvidia-cuda-runtime-
   && dpkg-deb -x libb64-0d_*.deb deb && cp deb/usr/lib/x86_64-linux-gnu/libb64.so.0d . \
   && rm -rf deb libb64-0d_*.deb)
 [[ -f $stage/server/libb64.so.0d ]] || { echo "pack.sh: no libb64.so.0d (apt-get download)" >&2; exit 1; }
+# wrk (Debian's, with its LuaJIT) drives bench-gpu's CTR rows: the Python load generator's one
+# process tops out near 3,000 requests/s there (benchmarks/gpu_load.py).
+(cd "$stage/server" && apt-get download -q wrk libluajit-5.1-2 >/dev/null 2>&1 \
+  && for deb in wrk_*.deb libluajit-5.1-2_*.deb; do dpkg-deb -x "$deb" deb; done \
+  && cp deb/usr/bin/wrk . && cp -L deb/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2 . \
+  && rm -rf deb ./*.deb)
+[[ -x $stage/server/wrk ]] || { echo "pack.sh: no wrk (apt-get download)" >&2; exit 1; }
 
 # Wheels for the host's Python (installed with --no-deps: the lists are complete).
 download --no-deps -d "$stage/site" tritonclient==2.51.0 "$(pin protobuf)" "$(pin pytest)" \

@@ -39,6 +39,8 @@ server=$incoming/server
 if [[ -f $server/server.tar.xz && ! -f $dest/server.done ]]; then
   tar -C "$site" -xJf "$server/server.tar.xz"
   cp "$server/libb64.so.0d" "$dest/lib/"
+  cp "$server/libluajit-5.1.so.2" "$dest/lib/"
+  mkdir -p "$dest/bin" && cp "$server/wrk" "$dest/bin/"
   # libcudart.so.12 for perf_analyzer, outside PYTHONPATH: the wheel's nvidia/__init__.py
   # would hide the host PyTorch's own nvidia.* packages.
   python -m pip install --quiet --no-index --no-deps --target "$dest/cudart" \
@@ -77,7 +79,7 @@ ln -sfn "$PWD/client" "$site/tritonrepo_client"
 cudart=$dest/cudart/nvidia/cuda_runtime/lib
 cat > "$dest/env.sh" <<ENV
 export PYTHONPATH=$site:$PWD\${PYTHONPATH:+:\$PYTHONPATH}
-export PATH=$site/bin:\$PATH
+export PATH=$site/bin:$dest/bin:\$PATH
 export TRITONREPO_STUB_PYTHON=$dest/venv/bin/python
 export LD_LIBRARY_PATH=$dest/lib:$cudart\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 export HF_HUB_OFFLINE=1

@@ -7,7 +7,6 @@ concurrency level, with Triton's step statistics around each when asked).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,10 +51,7 @@ def timed_levels(
         the limit), and per level the step statistics.
     """
     use_wrk = wrk.available()
-    bodies = [
-        (json.dumps(target.body(r)).encode(), {"Content-Type": "application/json"})
-        for r in requests
-    ]  # fmt: skip
+    bodies = wrk.json_bodies(target.body(r) for r in requests)
     make = loadgen.http_json_caller(target.port, target.path, target.body)
     levels, cores, stats = [], [], {}
     for level in levels_wanted:

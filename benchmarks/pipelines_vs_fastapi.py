@@ -81,8 +81,7 @@ def measure_fastapi(
     """
     name = pipeline.name
     bodies = [request_json(request, pipeline) for request in requests]
-    json_type = {"Content-Type": "application/json"}
-    prepared = [(json.dumps(body).encode(), json_type) for body in bodies]
+    prepared = wrk.json_bodies(bodies)
     rows = []
     for workers in layouts():
         system = FASTAPI.format(workers, "s" if workers > 1 else "")

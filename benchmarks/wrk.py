@@ -23,7 +23,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from benchmarks.loadgen import Measurement
@@ -61,6 +61,11 @@ def available() -> bool:
     except OSError:
         return False
     return done.stdout.startswith("wrk ")
+
+
+def json_bodies(bodies: Iterable[object]) -> list[tuple[bytes, dict[str, str]]]:
+    """Each body as JSON text with its ``Content-Type``, as :func:`run` takes them."""
+    return [(json.dumps(body).encode(), {"Content-Type": "application/json"}) for body in bodies]
 
 
 def _ms(text: str) -> float:

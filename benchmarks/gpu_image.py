@@ -320,32 +320,46 @@ def run_section(
     return systems
 
 
+POOLED_GOAL = 2.0  # served peak / in-process FP16 with pooled decoding, the fair baseline
+
+
 def summary(systems: list[System]) -> list[str]:
-    """Markdown lines: the served peak (one image per request) against in-process PyTorch FP16
-    at its best batch (ratio checked against ≥ 1.0×), the pooled-preprocessing and model-alone
-    rows, and whether the served top-5 equals in-process PyTorch's."""
-    baselines = [s for s in systems if s.key.startswith("torch_fp16_b")]
+    """Markdown lines: the served peak (one image per request) against the fair baseline,
+    in-process PyTorch FP16 with decoding and preprocessing in a process pool (as a DataLoader
+    does; ratio checked against ≥ ``POOLED_GOAL``×), then against one decoding thread at its best
+    batch and the model alone (for reference), and whether the served top-5 equals in-process
+    PyTorch's."""
+    by_key = {s.key: s for s in systems if s.levels}
+    singles = [s for s in systems if s.key.startswith("torch_fp16_b") and s.levels]
     server = next((s for s in systems if s.key == "triton_gpu_single" and s.peak()), None)
     lines = ["## image_classification", ""]
-    if not baselines or server is None:
+    pooled = by_key.get("torch_fp16_pool")
+    if pooled is None or server is None:
         return [*lines, "Not evaluated: a system was not measured (see the log).", ""]
-    best = max(baselines, key=lambda s: s.levels[0].throughput)
-    peak, rate = server.peak(), best.levels[0].throughput
+    peak, rate = server.peak(), pooled.levels[0].throughput
     ratio = peak.throughput / rate
-    verdict = "met" if ratio >= 1.0 else f"missed by {100 * (1 - ratio):.0f} %"
+    verdict = (
+        "met" if ratio >= POOLED_GOAL else f"missed by {100 * (1 - ratio / POOLED_GOAL):.0f} %"
+    )
     lines += [
-        f"Goal: served ≥ 1.0× in-process {best.name} ({rate:.0f} images/s, the best FP16 batch; "
-        "decode and preprocessing included in both).",
+        f"Goal: served ≥ {POOLED_GOAL}× in-process {pooled.name} ({rate:.0f} images/s; decode and "
+        "preprocessing included in both, in a process pool there).",
         "",
         f"- {server.name}: {peak.throughput:.0f} images/s at c={peak.concurrency}: "
         f"**{ratio:.2f}×** ({verdict}).",
     ]
-    by_key = {s.key: s for s in systems}
-    for key, what in (("torch_fp16_pool", "with pooled preprocessing"), ("torch_fp16_model",
-                      "the model alone (ceiling)")):  # fmt: skip
-        if key in by_key and by_key[key].levels:
-            other = by_key[key].levels[0].throughput
-            lines.append(f"- vs {what}, {other:.0f} images/s: {peak.throughput / other:.2f}×.")
+    if singles:
+        best = max(singles, key=lambda s: s.levels[0].throughput)
+        other = best.levels[0].throughput
+        lines.append(
+            f"- vs {best.name}, decoding on one thread (the best such batch), {other:.0f} "
+            f"images/s: {peak.throughput / other:.2f}×."
+        )
+    if "torch_fp16_model" in by_key:
+        other = by_key["torch_fp16_model"].levels[0].throughput
+        lines.append(
+            f"- vs the model alone (ceiling), {other:.0f} images/s: {peak.throughput / other:.2f}×."
+        )
     strict = server.values.get("top5_identical_vs_in_process", 0.0) == 1.0
     lines.append(
         f"- Served top-5 {'identical to' if strict else 'differs from'} in-process PyTorch at "

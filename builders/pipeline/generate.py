@@ -34,6 +34,7 @@ from builders.metadata import render as render_json
 from builders.metadata import write_atomic
 from builders.pipeline import render
 from builders.pipeline.checks import Checked, check
+from builders.pipeline.render_chained import chained_files
 from builders.pipeline.render_fused import fused_files
 from tritonrepo.description import DescriptionError, GraphPipeline, Pipeline, load
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
@@ -120,6 +121,13 @@ def render_files(pipeline: Pipeline, checked: Checked, repository: Path) -> dict
     versions = {*core.versions, *((INT8_VERSION,) if core.int8 else ())}
     for version in sorted(versions):
         files[folder / str(version) / ".gitkeep"] = ""
+    if pipeline.one_step_gpu:  # the description refuses it for a stateful pipeline
+        chained = chained_files(pipeline, checked.probe, repository, files, sorted(versions))
+        clash = sorted(str(p) for p in chained.keys() & files.keys())
+        if clash:  # the CPU one-step model's model.py: one per version folder
+            raise DescriptionError(pipeline.source, [f"one_step_gpu: {clash[0]} is the CPU one-"
+                                   "step model's already; drop one_step_gpu"])  # fmt: skip
+        files.update(chained)
     if pipeline.tests:
         files[REPO_ROOT / "tests" / "pipelines" / f"test_{pipeline.name}.py"] = render.test_module(
             pipeline

@@ -182,7 +182,11 @@ def export_ctr_model(device: str, precision: str, batch: int, weights: Path = CT
             return self.network(input_ids).float()
 
     dtype = {"fp16": torch.float16, "fp32": torch.float32}[precision]
-    model = Scorer(ctr_network.ExportGraph(ctr_network.load(weights))).to(device, dtype).eval()
+    # The trained CtrTransformer itself, not the ONNX export's ExportGraph: exported, its
+    # attention is PyTorch's scaled_dot_product_attention (fused kernels that keep the softmax in
+    # FP32), where ExportGraph's explicit q @ k.T, softmax, @ v runs three kernels in the program's
+    # precision.
+    model = Scorer(ctr_network.load(weights)).to(device, dtype).eval()
     reference = ctr_network.ExportGraph(ctr_network.load(weights)).to(device).eval()
     example = torch.ones(2, ctr_spec.SEQ_LENGTH, dtype=torch.int64, device=device)
     dims = {0: torch.export.Dim("batch", min=1, max=batch)}

@@ -42,6 +42,10 @@ CALLS_PARAMETER = "tritonrepo_calls"
 # A Python-backend model that runs a pipeline's core itself (the one-step CPU model of a
 # described pipeline, tritonrepo.pipelines.fused_step) names the core's folder in this parameter.
 ONE_STEP_PARAMETER = "core_model"
+# A one-step model that runs other models' code and files in its own process (the one-step GPU
+# model, tritonrepo.pipelines.chained_step) names them here, comma-separated: the preflight
+# checks their files and make gpu-pack carries them; they are not loaded with it.
+STAGES_PARAMETER = "tritonrepo_stages"
 
 
 def _configs(repository: Path, config_set: str | None) -> dict[str, ModelConfig]:
@@ -127,6 +131,7 @@ __all__ = [
     "CALLS_PARAMETER",
     "ONE_STEP_PARAMETER",
     "PROBE_PARAMETER",
+    "STAGES_PARAMETER",
     "calls_of",
     "core_models",
     "declares_probe",

@@ -8,8 +8,10 @@
 #            numpy 1.26 for the stubs' venv (the 2.51 Python backend needs numpy < 2), the CUDA 12
 #            runtime and libb64 for perf_analyzer: all in part1
 #   site/    wheels for the host's Python: tritonclient and the HTTP client's gevent stack,
-#            pytest, hypothesis, FastAPI + uvicorn with their dependencies (bench-gpu), and the
+#            pytest, hypothesis, py-spy (where a stub's time goes), FastAPI + uvicorn with
+#            their dependencies (bench-gpu), and the
 #            sources of the programs the host exports (builders/gpu_sources.py: MiniLM weights...)
+#   infinity/ wheels of infinity-emb and its own dependencies (bench-gpu's embedding-server row)
 #   files/   what the preflight requires for the torch_gpu set and `make artifacts` builds here
 #            (tokenizer.json, labels.txt, model.onnx...) and the exporters' source files
 #            (build/ctr/model.pt), at their paths in the checkout
@@ -75,10 +77,17 @@ download --no-deps -d "$stage/server" "$(pin numpy)" "$(pin nvidia-cuda-runtime-
 # Wheels for the host's Python (installed with --no-deps: the lists are complete).
 download --no-deps -d "$stage/site" tritonclient==2.51.0 "$(pin protobuf)" "$(pin pytest)" \
   "$(pin hypothesis)" python-rapidjson geventhttpclient gevent greenlet zope.event \
-  zope.interface brotli certifi urllib3 pluggy iniconfig sortedcontainers "${source_wheels[@]}"
+  zope.interface brotli certifi urllib3 pluggy iniconfig sortedcontainers "$(pin py-spy)" \
+  "${source_wheels[@]}"
 # The naive FastAPI server of bench-gpu (benchmarks/naive_server.py: gunicorn with uvicorn
 # workers), with whatever they depend on, resolved for Python 3.12.
 download -d "$stage/site" "$(pin fastapi)" "$(pin uvicorn)" "$(pin gunicorn)" "$(pin uvicorn-worker)"
+
+# infinity-emb, the embedding server bench-gpu's text rows are compared with, and what it needs
+# beyond the host's PyTorch stack: installed by setup.sh into a folder of its own (it needs
+# sentence-transformers < 4 and transformers < 5; benchmarks/infinity-requirements.txt).
+mkdir -p "$stage/infinity"
+download --no-deps -d "$stage/infinity" -r benchmarks/infinity-requirements.txt
 
 "$PY" scripts/offline_gpu_host/parts.py "$stage" "$out" --budget-mib "$PART_MIB"
 rm -rf "$stage"

@@ -6,6 +6,7 @@
 # when its last chunk arrives, and what is complete is installed:
 #   server/  the tritonserver archive, the stubs' venv (numpy 1.26), libcudart and libb64
 #   site/    wheels, into $GPU_HOST/site (PYTHONPATH)
+#   infinity/ wheels, into $GPU_HOST/infinity (the embedding server of bench-gpu, not on PYTHONPATH)
 #   files/   kept in $GPU_HOST/files and copied into the checkout (run.sh copies them again)
 set -euo pipefail
 dest=${GPU_HOST:-/tmp/gpu-host}
@@ -68,6 +69,16 @@ if ((${#wheels[@]})); then
   cp -a "$fresh/." "$site/" && rm -rf "$fresh"
   rm -f "${wheels[@]}"
 fi
+infinity=("$incoming"/infinity/*.whl)
+if ((${#infinity[@]})); then
+  # infinity-emb (bench-gpu's embedding server) in a folder of its own, never on PYTHONPATH: its
+  # sentence-transformers 3 and transformers 4 would hide the host's (benchmarks/embedding_server.py
+  # puts it first for the infinity-emb process only).
+  fresh=$(mktemp -d "$dest/infinity.XXXX")
+  python -m pip install --quiet --no-index --no-deps --target "$fresh" "${infinity[@]}"
+  mkdir -p "$dest/infinity" && cp -a "$fresh/." "$dest/infinity/" && rm -rf "$fresh"
+  rm -f "${infinity[@]}"
+fi
 if [[ -d $incoming/files ]]; then  # whole files only: chunks wait for the rest
   (cd "$incoming/files" && find . -type f ! -name '*.chunk-*' -print0 | while IFS= read -r -d '' f; do
     mkdir -p "$dest/files/$(dirname "$f")" && mv "$f" "$dest/files/$f"
@@ -83,6 +94,7 @@ export PATH=$site/bin:$dest/bin:\$PATH
 export TRITONREPO_STUB_PYTHON=$dest/venv/bin/python
 export LD_LIBRARY_PATH=$dest/lib:$cudart\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 export HF_HUB_OFFLINE=1
+export TRITONREPO_INFINITY_SITE=$dest/infinity
 ENV
 left=$(find "$incoming" -name '*.chunk-*' | wc -l)
 echo "setup: parts $(cd "$dest" && ls part*.done 2>/dev/null | sed 's/.done//' | tr '\n' ' ')unpacked;" \

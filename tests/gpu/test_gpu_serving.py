@@ -1,7 +1,8 @@
 """The torch_gpu config set on a real server and a real GPU (``make test-gpu``).
 
-Every core model of the set serves on the GPU: text_embedding (tokenizer and normalisation on
-the host, encoder and mean pooling in one program on the GPU, one host copy per batch),
+Every core model of the set serves on the GPU: text_embedding (one Python model on the GPU,
+``one_step_gpu``: tokenizer and normalisation on the host, encoder and mean pooling in one
+program on the GPU, one host copy per batch; the encoder and the steps as models of their own),
 ctr_ranking and ctr_session (ctr_model on the GPU). References: sentence-transformers in FP32
 and the trained PyTorch CTR network, not the code under test. Skipped without a CUDA GPU.
 """
@@ -55,9 +56,10 @@ def start(name: str, models: tuple[str, ...]):
 
 @pytest.fixture(scope="module")
 def gpu_server():
-    """The embedded server with the torch_gpu config set and the default models (every
-    described pipeline)."""
-    with start("gpu", ()) as server:
+    """The embedded server with the torch_gpu config set and text_embedding (the described
+    pipelines with steps of their own, e.g. nudenet_detector, need their packages on the GPU
+    host; make gpu-pack carries what the shipped cores need)."""
+    with start("gpu", (spec.ENSEMBLE,)) as server:
         yield server
 
 
@@ -131,6 +133,20 @@ def test_encoder_and_normalize_steps_on_the_gpu(core_server, gpu_reference):
     finally:
         client.close()
     assert cosines(got, gpu_reference(texts)).min() >= MIN_COSINE
+
+
+def test_text_embedding_is_one_model_on_the_gpu(gpu_server):
+    """In this set text_embedding is one Python model with GPU instances (its stages run in one
+    execute); its encoder stage captured its CUDA graphs in that process."""
+    o = gpu_server.options
+    with RepositoryClient(o.http_url, "http", key=o.repository_key or "") as repo:
+        config = repo.config(spec.ENSEMBLE)
+        assert config["backend"] == "python" and config.get("platform", "") != "ensemble"
+        assert {g["kind"] for g in config["instance_group"]} == {"KIND_GPU"}
+        loaded = {row.name for row in repo.index() if row.state == "READY"}
+    assert spec.TOKENIZE_MODEL not in loaded, "the one-step model needs no step models"
+    log = o.log_file.read_text()
+    assert f"{spec.ENCODER_MODEL}: 35 CUDA graphs captured" in log, "graphs were not captured"
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -137,7 +137,7 @@ def test_report_has_tables_and_plots(tmp_path):
 
 
 def test_gpu_report_compares_each_request_size_with_the_best_st_batch(tmp_path):
-    from benchmarks import gpu
+    from benchmarks import gpu, gpu_text
 
     settings = {"sections": ["text"], "single": [1, 8, 16], "bulk": [1, 8, 16], "window": "w"}
     run = Run("now", False, {}, settings, {})
@@ -158,15 +158,33 @@ def test_gpu_report_compares_each_request_size_with_the_best_st_batch(tmp_path):
         _system("st_fp16_b128", IN_PROCESS, [1000.0]),
         _system("triton_gpu_single", "perf_analyzer", [100.0, 300.0, 500.0]),
         _system("triton_gpu_bulk", "perf_analyzer", [800.0, 2000.0, 3000.0]),
-    ]
+        System("text_embedding", "triton_gpu_http", "t", "wrk", "", [
+            Measurement(c, t, 1.0, float("nan"), 9.0, 100, 0)
+            for c, t in ((1, 300.0), (64, 900.0), (256, 1000.0))]),
+        System("text_embedding", "infinity_http", "i", "wrk", "", [
+            Measurement(c, t, 1.0, float("nan"), 20.0, 100, 0)
+            for c, t in ((1, 400.0), (64, 600.0), (256, 1250.0))]),
+    ]  # fmt: skip
     lines = gpu.summary(run)
     assert (
-        "- triton_gpu_single: 500 texts/s at c=16: **0.50×** (goal ≥ 1.0×: missed by 50 %)."
-        in lines
+        "- triton_gpu_single: 500 texts/s at c=16 (goal ≥ 10,000: missed by 95 %): **0.50×** the"
+        " best in-process batch (goal ≥ 1.0×: missed by 50 %)." in lines
+    )
+    assert (
+        "- HTTP/JSON at c=64: served 900 vs infinity-emb 600 texts/s: **1.50×** (goal: ahead, "
+        "> 1.0×: met); p99 9.0 vs 20.0 ms." in lines
+    )
+    assert (
+        "- HTTP/JSON at c=256: served 1000 vs infinity-emb 1250 texts/s: **0.80×** (goal: "
+        "ahead, > 1.0×: missed); p99 9.0 vs 20.0 ms." in lines
+    )
+    assert (
+        "- HTTP/JSON at c=1: served 300 vs infinity-emb 400 texts/s: **0.75×**; p99 9.0 vs "
+        "20.0 ms." in lines
     )
     assert "- triton_gpu_bulk: 3000 texts/s at c=16: **3.00×** (goal ≥ 2.8×: met)." in lines
     p50 = run.systems[2].at(1).p50_ms
-    verdict = "met" if p50 <= gpu.C1_P50_GOAL_MS else "missed by"
+    verdict = "met" if p50 <= gpu_text.C1_P50_GOAL_MS else "missed by"
     assert any(
         line.startswith(f"- triton_gpu_single, c=1 p50: **{p50:.1f} ms**") and verdict in line
         for line in lines
@@ -269,3 +287,23 @@ def test_wrk_sends_every_prepared_body_with_its_headers_and_counts_refusals():
     # One body in three is refused: about a third of the measured requests are errors.
     assert abs(m.errors - m.requests / 3) <= 2, (m.errors, m.requests)
     assert served[0] >= m.requests
+
+
+def test_gpu_image_summary_judges_against_the_pooled_decoding_baseline():
+    """The image goal is ≥ 2× in-process PyTorch with decoding in a process pool (the baseline a
+    user would build); one decoding thread is shown for reference only."""
+    from benchmarks import gpu_image
+
+    def row(key: str, rate: float) -> System:
+        return System("image_classification", key, key, IN_PROCESS, "",
+                      [Measurement(0, rate, 1.0, 1.0, 1.0, 10, 0)])  # fmt: skip
+
+    served = System("image_classification", "triton_gpu_single", "served", "perf_analyzer", "",
+                    [Measurement(64, 1296.0, 1.0, 1.0, 1.0, 10, 0)])  # fmt: skip
+    systems = [row("torch_fp16_b32", 200.0), row("torch_fp16_b128", 247.0),
+               row("torch_fp16_pool", 776.0), served]  # fmt: skip
+    lines = gpu_image.summary(systems)
+    assert "- served: 1296 images/s at c=64: **1.67×** (missed by 16 %)." in lines
+    assert any(line.startswith("- vs torch_fp16_b128, decoding on one thread") and "5.25×" in line
+               for line in lines)  # fmt: skip
+    assert "Not evaluated" in " ".join(gpu_image.summary([*systems[:2], served]))

@@ -387,3 +387,26 @@ def test_a_torch_gpu_set_needs_a_builder_core(tmp_path):
     )
     shipped = load(PIPELINES / "image_classification" / "pipeline.toml")
     assert shipped.core.deployments["torch_gpu"].instances == 2
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "reason"),
+    [
+        ("breast_cancer", "its core has no torch_gpu set"),
+        ("ctr_ranking", "max_batch_size = 0: one request per execute"),
+    ],
+)
+def test_one_step_gpu_is_refused_where_it_cannot_run(tmp_path, pipeline, reason):
+    """``one_step_gpu = true`` needs a batching, stateless pipeline whose core has a torch_gpu
+    program; elsewhere the description names why (text_embedding, which has it, loads)."""
+    from tritonrepo.paths import PIPELINES
+
+    text = (PIPELINES / pipeline / "pipeline.toml").read_text()
+    path = tmp_path / "pipeline.toml"
+    path.write_text("one_step_gpu = true\n" + text)  # a top-level key: before any table
+    with pytest.raises(DescriptionError) as caught:
+        load(path)
+    assert [p for p in caught.value.problems if ": one_step_gpu: " in p] == [
+        next(p for p in caught.value.problems if reason in p)
+    ]
+    assert load(PIPELINES / "text_embedding" / "pipeline.toml").one_step_gpu

@@ -52,6 +52,7 @@ _TOP_KEYS = (
     "sequence",
     "session",
     "probe",
+    "one_step_gpu",
 )
 
 
@@ -122,6 +123,7 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
         session=session,
         probe=_probe(r, data["probe"]) if "probe" in data else None,
         core_state=core_state,
+        one_step_gpu=r.get(data, "one_step_gpu", "", bool, False),
     )
     if core_state is not None and session is not None:  # the graph serves under its name
         pipeline = replace(pipeline, core=replace(pipeline.core, model=session.model))
@@ -151,12 +153,31 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
                     f"'{called}' is {what}: a step calling itself through BLS never returns; "
                     "call another model",
                 )
+    if pipeline.one_step_gpu:
+        reason = one_step_gpu_refusal(pipeline)
+        if reason:
+            r.problem("one_step_gpu", f"{reason}; drop one_step_gpu (the ensemble serves it)")
     if pipeline.samples is None and pipeline.tests:
         r.problem("samples", "is missing; add [samples] function = 'module:function' (the "
                   "health probe, parity, INT8 calibration and the tests use it)")  # fmt: skip
     if r.problems:
         raise DescriptionError(source, r.problems)
     return pipeline
+
+
+def one_step_gpu_refusal(pipeline: Pipeline) -> str | None:
+    """Why ``pipeline`` cannot run as one Python model on the GPU in the ``torch_gpu`` set
+    (``one_step_gpu = true``; :mod:`tritonrepo.pipelines.chained_step`), or None when it can."""
+    if pipeline.stateful:
+        return "a stateful pipeline is one session model already"
+    if pipeline.max_batch_size == 0:
+        return ("max_batch_size = 0: one request per execute would give the GPU one request "
+                "per forward; the ensemble's core batches across requests")  # fmt: skip
+    if pipeline.preprocess.calls or pipeline.postprocess.calls:
+        return "a step calls other models"
+    if "torch_gpu" not in pipeline.core.deployments:
+        return "its core has no torch_gpu set ([model.torch_gpu], a torch.export program)"
+    return None
 
 
 def load(path: Path | str) -> Pipeline:

@@ -160,6 +160,9 @@ class Pipeline:
     session: SessionSpec | None = None  # [session]: its step(state, inputs) function
     probe: Mapping[str, Any] | None = None  # [probe]: the declared health probe (KServe v2 JSON)
     core_state: CoreState | None = None  # [[sequence.state]]: state in the core (core_state.py)
+    # torch_gpu set: the pipeline as one Python model on the GPU, not an ensemble
+    # (builders/pipeline/render_chained.py says when it can be, and why one would)
+    one_step_gpu: bool = False
 
     @property
     def stateful(self) -> bool:

@@ -51,6 +51,7 @@ from tritonrepo.server.artifact_checks import (
 from tritonrepo_client.control.model_calls import CALLS_PARAMETER, parse_calls
 from tritonrepo_client.model_repository.config_sets import config_path
 from tritonrepo_client.model_repository.configs import ConfigParseError, load_config
+from tritonrepo_client.model_repository.roles import STAGES_PARAMETER
 
 # /dev/shm per Python-backend instance: the largest tensors one batch moves through an
 # instance's region here are the encoder's FP32 token embeddings, 64 x 256 x 384 x 4 B = 25 MiB
@@ -60,9 +61,10 @@ SHM_PER_PYTHON_INSTANCE = 32 * 2**20  # bytes
 
 
 def dependencies(repository: Path, models: Sequence[str], config_name: str | None) -> list[str]:
-    """``models`` and, recursively, their ensemble steps and the models they call through BLS
+    """``models`` and, recursively, their ensemble steps, the models they call through BLS
     (declared in their configs: parameter ``tritonrepo_calls``,
-    :mod:`tritonrepo_client.control.model_calls`), each once, in order."""
+    :mod:`tritonrepo_client.control.model_calls`) and the models a one-step model runs in its own
+    process (parameter ``tritonrepo_stages``), each once, in order."""
     seen: list[str] = []
     stack = list(models)
     while stack:
@@ -79,6 +81,8 @@ def dependencies(repository: Path, models: Sequence[str], config_name: str | Non
             stack += [s.model_name for s in cfg.ensemble_scheduling.step]
             if CALLS_PARAMETER in cfg.parameters:
                 stack += parse_calls(cfg.parameters[CALLS_PARAMETER].string_value)
+            if STAGES_PARAMETER in cfg.parameters:
+                stack += parse_calls(cfg.parameters[STAGES_PARAMETER].string_value)
     return seen
 
 

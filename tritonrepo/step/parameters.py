@@ -41,6 +41,7 @@ NON_STEP_KEYS: Mapping[str, str] = {
     "tritonrepo_restart": "tritonrepo_client self-healing: marks a reload that restarts stubs",
     "tritonrepo.previous_version": "tritonrepo_client rollout: the version a rollout replaced",
     "tritonrepo_calls": "the launcher and tritonrepo_client: models this one calls through BLS",
+    "tritonrepo_stages": "the preflight and make gpu-pack: models a one-step model runs in itself",
 }
 
 

@@ -55,6 +55,20 @@ class PythonStep:
             ParameterError: the config's parameters do not fit ``PARAMETERS``; the model's load
                 fails with its message (model and key named).
         """
+        self._initialize(args, counted=True)
+
+    def initialize_stage(self, args: dict[str, str]) -> None:
+        """Set up this model as a stage of another Python model's ``execute``
+        (:mod:`tritonrepo.pipelines.chained_step`): as :meth:`initialize` with the ``args`` Triton
+        would give it, but without error counters or log of its own (the model that calls its
+        :meth:`prepare` and :meth:`run` answers, counts and logs the errors).
+
+        Raises:
+            ParameterError: as :meth:`initialize`.
+        """
+        self._initialize(args, counted=False)
+
+    def _initialize(self, args: dict[str, str], counted: bool) -> None:
         self.model_config: dict[str, Any] = json.loads(args["model_config"])
         self.model_name = args["model_name"]
         self.parameters = {
@@ -69,13 +83,14 @@ class PythonStep:
         self.version_dir = Path(args["model_repository"]) / args["model_version"]
         gpu = args.get("model_instance_kind") == "GPU"
         self.device = f"cuda:{args.get('model_instance_device_id', '0')}" if gpu else "cpu"
-        self.error_log = ErrorLog(pb_utils.Logger.log_warn)
-        self.error_counters = StepErrorCounters(
-            pb_utils,
-            self.model_name,
-            args.get("model_version", ""),
-            args.get("model_instance_name", ""),
-        )
+        if counted:
+            self.error_log = ErrorLog(pb_utils.Logger.log_warn)
+            self.error_counters = StepErrorCounters(
+                pb_utils,
+                self.model_name,
+                args.get("model_version", ""),
+                args.get("model_instance_name", ""),
+            )
         self.output_dtypes = {
             out["name"]: pb_utils.triton_string_to_numpy(out["data_type"])
             for out in self.model_config["output"]

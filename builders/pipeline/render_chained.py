@@ -1,0 +1,147 @@
+"""The one-step GPU model of a described pipeline with ``one_step_gpu = true``: its
+``<name>/configs/torch_gpu.pbtxt``, and ``model.py`` and ``stages.json`` in each version folder,
+which run preprocess → core (``torch.export`` program) → postprocess in one Python-backend
+``execute`` on the GPU (:mod:`tritonrepo.pipelines.chained_step`, which says why).
+
+``config.pbtxt`` (TensorRT) keeps the ensemble, and the three models keep their own
+``torch_gpu`` configs: ``stages.json`` holds those configs, parsed as Triton parses them, so each
+stage is set up here exactly as its own model is. Which pipelines may ask for it:
+:func:`tritonrepo.description.load.one_step_gpu_refusal`.
+
+The one-step model has as many instances as the busiest of its stages in the set (each instance
+is one process, with its own copy of the program on the GPU), no queue delay (whatever queued
+while the instances were busy is one batch, up to the pipeline's ``max_batch_size``) and
+Triton's plain queue (:data:`tritonrepo.server.queue_policy.ONE_STEP`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from google.protobuf.json_format import MessageToDict
+
+from builders.pipeline.render import STEP_CLASS, _batching, _header, _io, _parameters
+from tritonrepo.description import Deployment, Pipeline, Step
+from tritonrepo.pipelines.chained_step import STAGES_FILE
+from tritonrepo.server.queue_policy import ONE_STEP
+from tritonrepo_client.model_repository.config_sets import CONFIG_FILE, set_file
+from tritonrepo_client.model_repository.configs import parse_config
+from tritonrepo_client.model_repository.roles import (
+    ONE_STEP_PARAMETER,
+    PROBE_PARAMETER,
+    STAGES_PARAMETER,
+)
+
+CHAINED_SET = "torch_gpu"
+CHAINED_CLASS = "tritonrepo.pipelines.chained_step:ChainedStep"
+CORE_CLASS = "tritonrepo.runners.torch_step:TorchProgramStep"  # backends/torch_python's model
+CHAINED_DOC = (
+    "One Python-backend model on the GPU: preprocess -> core (torch.export program) ->\n"
+    "postprocess in one execute, without the ensemble's hops (one_step_gpu = true;\n"
+    "tritonrepo/pipelines/chained_step.py). The stages are the three models, set up from their\n"
+    "own torch_gpu configs (stages.json in the version folder). config.pbtxt keeps the ensemble."
+)
+
+
+def _deployment(step: Step) -> Deployment:
+    return step.deployments.get(CHAINED_SET) or step.deployments["default"]
+
+
+def chained_instances(pipeline: Pipeline) -> int:
+    """Instances of the one-step model: the most any of its stages has in the set."""
+    stages = (pipeline.preprocess, pipeline.postprocess)
+    return max(
+        pipeline.core.deployments[CHAINED_SET].instances,
+        *(_deployment(s).instances for s in stages),
+    )
+
+
+def chained_config(pipeline: Pipeline, probe: str | None) -> str:
+    """The pipeline's ``configs/torch_gpu.pbtxt``: the pipeline's inputs and outputs, GPU
+    instances, no queue delay and Triton's plain queue."""
+    steps = (pipeline.preprocess.model, pipeline.core.model, pipeline.postprocess.model)
+    parameters = {ONE_STEP_PARAMETER: pipeline.core.model, STAGES_PARAMETER: ",".join(steps)}
+    if probe is not None:
+        parameters[PROBE_PARAMETER] = probe
+    versions = ", ".join(str(v) for v in pipeline.core.versions)
+    return "".join(
+        [
+            _header(pipeline, pipeline.summary, CHAINED_DOC),
+            f'name: "{pipeline.name}"\nbackend: "python"\n',
+            f"max_batch_size: {pipeline.max_batch_size}\n",
+            f"version_policy: {{ specific: {{ versions: [ {versions} ] }} }}\n",
+            _io("input", pipeline.inputs),
+            _io("output", pipeline.outputs, labels=True),
+            f"instance_group [ {{ count: {chained_instances(pipeline)} kind: KIND_GPU }} ]\n",
+            _batching(Deployment(), ONE_STEP),
+            _parameters(parameters),
+        ]
+    )
+
+
+def stages(pipeline: Pipeline, repository: Path, files: Mapping[Path, str]) -> list[dict]:
+    """``stages.json``'s list: per stage its model, class, version folder (``"this"``: the
+    one-step model's own version), instance kind and config (from the rendered ``files``)."""
+
+    def config(model: str, file: str) -> dict:
+        path = repository / model / file
+        return MessageToDict(parse_config(files[path], path), preserving_proto_field_name=True)
+
+    def step(s: Step) -> dict:
+        file = set_file(CHAINED_SET) if CHAINED_SET in s.deployments else CONFIG_FILE
+        cls = s.step or STEP_CLASS
+        return {
+            "model": s.model,
+            "class": cls,
+            "version": "1",
+            "kind": "CPU",
+            "config": config(s.model, file),
+        }
+
+    core = pipeline.core.model
+    return [
+        step(pipeline.preprocess),
+        {
+            "model": core,
+            "class": CORE_CLASS,
+            "version": "this",
+            "kind": "GPU",
+            "config": config(core, set_file(CHAINED_SET)),
+        },
+        step(pipeline.postprocess),
+    ]
+
+
+def chained_model_py(pipeline: Pipeline) -> str:
+    """The one-step model's ``model.py``: a subclass of :data:`CHAINED_CLASS`."""
+    module, _, cls = CHAINED_CLASS.partition(":")
+    return (
+        f'"""{pipeline.name} on the GPU in one step: preprocess -> {pipeline.core.model} -> '
+        'postprocess."""\n\n'
+        f"from {module} import {cls}\n\n\n"
+        f"class TritonPythonModel({cls}):\n"
+        f'    """Python-backend entry point; initialize/execute/finalize come from {cls}."""\n'
+    )
+
+
+def chained_files(
+    pipeline: Pipeline,
+    probe: str | None,
+    repository: Path,
+    files: Mapping[Path, str],
+    versions: Sequence[int],
+) -> dict[Path, str]:
+    """The one-step model's files (empty without ``one_step_gpu``): its
+    ``configs/torch_gpu.pbtxt``, and ``model.py`` and ``stages.json`` in each of ``versions``
+    (the core's served versions and the staged INT8 one, as for the CPU one-step model)."""
+    if not pipeline.one_step_gpu:
+        return {}
+    folder = repository / pipeline.name
+    out = {folder / set_file(CHAINED_SET): chained_config(pipeline, probe)}
+    text = json.dumps(stages(pipeline, repository, files), indent=1) + "\n"
+    for version in versions:
+        out[folder / str(version) / "model.py"] = chained_model_py(pipeline)
+        out[folder / str(version) / STAGES_FILE] = text
+    return out

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from google.protobuf.json_format import MessageToDict
 
-from builders.pipeline.render import STEP_CLASS, _batching, _header, _io, _parameters
+from builders.pipeline.render import STEP_CLASS
+from builders.pipeline.render_one_step import one_step_config, one_step_model_py
 from tritonrepo.description import Deployment, Pipeline, Step
 from tritonrepo.pipelines.chained_step import STAGES_FILE
-from tritonrepo.server.queue_policy import ONE_STEP
 from tritonrepo_client.model_repository.config_sets import CONFIG_FILE, set_file
 from tritonrepo_client.model_repository.configs import parse_config
 from tritonrepo_client.model_repository.roles import (
@@ -65,20 +65,8 @@ def chained_config(pipeline: Pipeline, probe: str | None) -> str:
     parameters = {ONE_STEP_PARAMETER: pipeline.core.model, STAGES_PARAMETER: ",".join(steps)}
     if probe is not None:
         parameters[PROBE_PARAMETER] = probe
-    versions = ", ".join(str(v) for v in pipeline.core.versions)
-    return "".join(
-        [
-            _header(pipeline, pipeline.summary, CHAINED_DOC),
-            f'name: "{pipeline.name}"\nbackend: "python"\n',
-            f"max_batch_size: {pipeline.max_batch_size}\n",
-            f"version_policy: {{ specific: {{ versions: [ {versions} ] }} }}\n",
-            _io("input", pipeline.inputs),
-            _io("output", pipeline.outputs, labels=True),
-            f"instance_group [ {{ count: {chained_instances(pipeline)} kind: KIND_GPU }} ]\n",
-            _batching(Deployment(), ONE_STEP),
-            _parameters(parameters),
-        ]
-    )
+    instances = chained_instances(pipeline)
+    return one_step_config(pipeline, CHAINED_DOC, instances, "KIND_GPU", Deployment(), parameters)
 
 
 def stages(pipeline: Pipeline, repository: Path, files: Mapping[Path, str]) -> list[dict]:
@@ -116,14 +104,7 @@ def stages(pipeline: Pipeline, repository: Path, files: Mapping[Path, str]) -> l
 
 def chained_model_py(pipeline: Pipeline) -> str:
     """The one-step model's ``model.py``: a subclass of :data:`CHAINED_CLASS`."""
-    module, _, cls = CHAINED_CLASS.partition(":")
-    return (
-        f'"""{pipeline.name} on the GPU in one step: preprocess -> {pipeline.core.model} -> '
-        'postprocess."""\n\n'
-        f"from {module} import {cls}\n\n\n"
-        f"class TritonPythonModel({cls}):\n"
-        f'    """Python-backend entry point; initialize/execute/finalize come from {cls}."""\n'
-    )
+    return one_step_model_py(pipeline, CHAINED_CLASS, "the GPU")
 
 
 def chained_files(

@@ -24,13 +24,9 @@ from builders.pipeline.checks import Checked
 from builders.pipeline.render import (
     CODE_ROOT,
     CoreTensor,
-    _batching,
-    _header,
-    _io,
-    _parameters,
 )
+from builders.pipeline.render_one_step import one_step_config, one_step_model_py
 from tritonrepo.description import Pipeline, Tensor
-from tritonrepo.server.queue_policy import ONE_STEP
 from tritonrepo_client.model_repository.config_sets import CONFIG_SETS
 from tritonrepo_client.model_repository.dtypes import BY_NAME
 from tritonrepo_client.model_repository.roles import PROBE_PARAMETER
@@ -97,20 +93,8 @@ def fused_config(
     }
     if probe is not None:
         parameters[PROBE_PARAMETER] = probe
-    versions = ", ".join(str(v) for v in core.versions)
-    return "".join(
-        [
-            _header(pipeline, pipeline.summary, FUSED_DOC),
-            f'name: "{pipeline.name}"\nbackend: "python"\n',
-            f"max_batch_size: {pipeline.max_batch_size}\n",
-            f"version_policy: {{ specific: {{ versions: [ {versions} ] }} }}\n",
-            _io("input", pipeline.inputs),
-            _io("output", pipeline.outputs, labels=True),
-            f"instance_group [ {{ count: {fused_instances(pipeline)} kind: KIND_CPU }} ]\n",
-            _batching(deployment, ONE_STEP),
-            _parameters(parameters),
-        ]
-    )
+    instances = fused_instances(pipeline)
+    return one_step_config(pipeline, FUSED_DOC, instances, "KIND_CPU", deployment, parameters)
 
 
 def fused_instances(pipeline: Pipeline) -> int:
@@ -131,14 +115,7 @@ def _output(t: Tensor) -> dict[str, object]:
 
 def fused_model_py(pipeline: Pipeline) -> str:
     """The one-step model's ``model.py``: a subclass of :data:`FUSED_CLASS`."""
-    module, _, cls = FUSED_CLASS.partition(":")
-    return (
-        f'"""{pipeline.name} on CPU in one step: preprocess -> {pipeline.core.model} -> '
-        'postprocess."""\n\n'
-        f"from {module} import {cls}\n\n\n"
-        f"class TritonPythonModel({cls}):\n"
-        f'    """Python-backend entry point; initialize/execute/finalize come from {cls}."""\n'
-    )
+    return one_step_model_py(pipeline, FUSED_CLASS, "CPU")
 
 
 def fused_files(

@@ -1,0 +1,54 @@
+"""What the two one-step models of a described pipeline share: the pipeline's config as one
+Python-backend model (:func:`one_step_config`) and its ``model.py`` (:func:`one_step_model_py`).
+
+The CPU one-step model (:mod:`builders.pipeline.render_fused`) runs the functions and the ONNX
+core in one process; the GPU one (:mod:`builders.pipeline.render_chained`) runs the three models'
+own code there. Both serve under the pipeline's name, with its inputs and outputs, the core's
+served versions and Triton's plain queue (:data:`tritonrepo.server.queue_policy.ONE_STEP`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from builders.pipeline.render import _batching, _header, _io, _parameters
+from tritonrepo.description import Deployment, Pipeline
+from tritonrepo.server.queue_policy import ONE_STEP
+
+
+def one_step_config(
+    pipeline: Pipeline,
+    doc: str,
+    instances: int,
+    kind: str,
+    deployment: Deployment,
+    parameters: Mapping[str, str],
+) -> str:
+    """The pipeline's config as one Python-backend model: ``instances`` of ``kind``
+    (``KIND_CPU``/``KIND_GPU``), ``deployment``'s batching with the plain queue, ``parameters``."""
+    versions = ", ".join(str(v) for v in pipeline.core.versions)
+    return "".join(
+        [
+            _header(pipeline, pipeline.summary, doc),
+            f'name: "{pipeline.name}"\nbackend: "python"\n',
+            f"max_batch_size: {pipeline.max_batch_size}\n",
+            f"version_policy: {{ specific: {{ versions: [ {versions} ] }} }}\n",
+            _io("input", pipeline.inputs),
+            _io("output", pipeline.outputs, labels=True),
+            f"instance_group [ {{ count: {instances} kind: {kind} }} ]\n",
+            _batching(deployment, ONE_STEP),
+            _parameters(parameters),
+        ]
+    )
+
+
+def one_step_model_py(pipeline: Pipeline, class_ref: str, where: str) -> str:
+    """The one-step model's ``model.py``: a subclass of ``class_ref`` (``module:Class``)."""
+    module, _, cls = class_ref.partition(":")
+    return (
+        f'"""{pipeline.name} on {where} in one step: preprocess -> {pipeline.core.model} -> '
+        'postprocess."""\n\n'
+        f"from {module} import {cls}\n\n\n"
+        f"class TritonPythonModel({cls}):\n"
+        f'    """Python-backend entry point; initialize/execute/finalize come from {cls}."""\n'
+    )

@@ -40,8 +40,13 @@ STAGES = (spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.NORMALIZE_MODEL)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("one-step")
+def repository(tmp_path_factory):
+    return tmp_path_factory.mktemp("one-step")
+
+
+@pytest.fixture(scope="module")
+def server(repository):
+    root = repository
     for model in (PIPELINE, *STAGES):
         shutil.copytree(
             MODEL_REPOSITORY / model, root / model, ignore=shutil.ignore_patterns("*.onnx")
@@ -114,3 +119,30 @@ def test_only_the_one_model_is_loaded(server):
     with RepositoryClient(o.http_url, "http", key=o.repository_key or "") as repo:
         ready = {row.name for row in repo.index() if row.state == "READY"}
     assert ready == {PIPELINE}
+
+
+def test_a_stage_that_fails_to_set_up_fails_the_load_by_name_and_the_old_one_serves(
+    server, repository, reference_embed
+):
+    """A reload whose tokenize stage has a bad parameter fails with the stage, the parameter and
+    the fix named; the version already loaded keeps answering."""
+    path = repository / PIPELINE / "1" / STAGES_FILE
+    good = path.read_text()
+    stages = json.loads(good)
+    stages[0]["config"]["parameters"]["max_seq_length"]["string_value"] = "abc"
+    path.write_text(json.dumps(stages))
+    o = server.options
+    try:
+        with (
+            RepositoryClient(o.http_url, "http", key=o.repository_key or "") as repo,
+            pytest.raises(ClientError) as caught,
+        ):
+            repo.load(PIPELINE)
+    finally:
+        path.write_text(good)
+    message = str(caught.value)
+    assert f"stage {spec.TOKENIZE_MODEL}: ParameterError" in message, message
+    assert "max_seq_length" in message and "abc" in message, message
+    with EmbeddingClient(o.url("http"), protocol="http") as client:
+        got = client.embed(SENTENCES[:3])
+    assert ((got * reference_embed(SENTENCES[:3])).sum(axis=1)).min() > 0.9999

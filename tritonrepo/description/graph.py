@@ -156,6 +156,7 @@ _TOP_KEYS = (
     "samples",
     "probe",
     "tests",
+    "one_step_gpu",
 )
 
 
@@ -273,6 +274,9 @@ def parse_graph(data: Mapping[str, Any], source: Path) -> GraphPipeline:
     """
     r = _Reader()
     r.unknown(data, _TOP_KEYS, "")
+    if r.get(data, "one_step_gpu", "", bool, False):
+        r.problem("one_step_gpu", "a description of several models is served as its own graph "
+                  "(an ensemble of its steps); drop one_step_gpu")  # fmt: skip
     name = r.get(data, "name", "", str, "")
     if not NAME_PATTERN.match(name):
         r.problem("name", f"{name!r}: give a lower-case name of letters, digits and _")

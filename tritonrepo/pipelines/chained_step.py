@@ -37,11 +37,14 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tritonrepo.pipelines.function_calls import OutputCheckError, check_outputs, output_specs
 from tritonrepo.step.errors import InvalidRequest
 from tritonrepo.step.parameters import REQUIRED, Parameter
 from tritonrepo.step.python_step import Outputs, PythonStep
@@ -50,6 +53,7 @@ STAGES_FILE = "stages.json"  # in each version folder of the one-step model (mod
 # The config parameter naming the stages' models (tritonrepo_client.model_repository.roles
 # STAGES_PARAMETER: the preflight checks their files, make gpu-pack carries them).
 STAGES_PARAMETER = "tritonrepo_stages"
+STAGE_KEYS = ("model", "class", "version", "kind", "config")  # each stage object's fields
 
 
 @dataclass
@@ -77,6 +81,13 @@ def step_class(reference: str) -> type[PythonStep]:
     return cls
 
 
+def host(value: Any) -> Any:
+    """A ``torch`` tensor as a numpy array on the host (other values as they are)."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        return value.detach().cpu().numpy()
+    return value
+
+
 def for_stage(value: Any, library: str) -> Any:
     """``value`` (numpy array or ``torch`` tensor) as the stage reads it: numpy (a GPU tensor is
     copied to the host) or ``torch`` (a numpy array is shared, not copied; BYTES stay numpy)."""
@@ -91,23 +102,53 @@ def for_stage(value: Any, library: str) -> Any:
     return value.detach().cpu().numpy()
 
 
-def labelled(exc: Exception, model: str) -> Exception:
-    """``exc`` of the same type (so it maps to the same error kind) with ``model: `` before its
-    message, as the stage's own response would have it."""
+def labelled(exc: BaseException, model: str) -> Exception:
+    """A request's error from stage ``model``, with the model before its message: an
+    InvalidRequest keeps its type (a client error, as the stage's own response would be);
+    anything else (a stage's bug, a ``SystemExit``) becomes an internal RuntimeError naming the
+    exception's type."""
+    if isinstance(exc, InvalidRequest):
+        try:
+            return type(exc)(f"{model}: {exc}")
+        except Exception:
+            return InvalidRequest(f"{model}: {exc}")
+    return RuntimeError(f"{model}: {type(exc).__name__}: {exc}")
+
+
+def read_stages(path: Path) -> list[dict[str, Any]]:
+    """The stage list of ``stages.json``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not JSON, not a list of stage objects, or a stage without one of
+            :data:`STAGE_KEYS`; the message names the file and says how to regenerate it.
+    """
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; generate it with `tritonrepo-new`")
+    regenerate = "generate the model again with `tritonrepo-new`"
     try:
-        return type(exc)(f"{model}: {exc}")
-    except Exception:
-        return RuntimeError(f"{model}: {exc}")
+        stages = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not JSON ({exc}); {regenerate}") from None
+    if not isinstance(stages, list) or not all(isinstance(s, dict) for s in stages):
+        raise ValueError(f"{path} must be a JSON list of stage objects; {regenerate}")
+    for i, stage in enumerate(stages):
+        missing = [key for key in STAGE_KEYS if key not in stage]
+        if missing:
+            raise ValueError(f"{path}: stage {i} has no {', '.join(missing)}; {regenerate}")
+    return stages
 
 
 class ChainedStep(PythonStep):
     """Inputs: the pipeline's inputs, each ``[b, *dims]`` → outputs: the pipeline's outputs,
-    ``[b, *dims]`` of the config's dtypes, on the host or, for ``torch`` outputs, where the last
-    stage left them (module docstring).
+    ``[b, *dims]`` numpy arrays of the config's dtypes on the host, checked as a function step's
+    are (:func:`~tritonrepo.pipelines.function_calls.check_outputs`: a missing output, a wrong
+    shape or a type that does not cast is that request's internal error, naming the last stage).
 
-    Raises (from ``initialize``): FileNotFoundError (no ``stages.json``, or a stage's artifact is
-    not built), ImportError/TypeError (a stage class), and whatever a stage's own set-up raises
-    (e.g. ParameterError), with the stage's model named.
+    Raises (from ``initialize``): FileNotFoundError (no ``stages.json``), ValueError (it is not a
+    list of stage objects, or does not match ``core_model``/``tritonrepo_stages``), RuntimeError
+    (a stage's class does not import or its own set-up failed: e.g. an artifact not built or a
+    bad parameter, with the stage's model and the original error named).
     """
 
     PARAMETERS = (
@@ -122,29 +163,34 @@ class ChainedStep(PythonStep):
 
     def setup(self) -> None:
         path = self.version_dir / STAGES_FILE
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing; generate it with `tritonrepo-new`")
         repository = self.version_dir.parent.parent
         device_id = self.device.partition(":")[2] or "0"
         self.stages: list[Stage] = []
-        for spec in json.loads(path.read_text()):
-            step = step_class(spec["class"])()
-            gpu = spec.get("kind") == "GPU" and self.device != "cpu"
-            version = self.version_dir.name if spec.get("version") == "this" else spec["version"]
+        for spec in read_stages(path):
+            model = spec["model"]
+            gpu = spec["kind"] == "GPU" and self.device != "cpu"
+            version = self.version_dir.name if spec["version"] == "this" else spec["version"]
             args = {
                 "model_config": json.dumps(spec["config"]),
-                "model_name": spec["model"],
-                "model_repository": str(repository / spec["model"]),
+                "model_name": model,
+                "model_repository": str(repository / model),
                 "model_version": str(version),
                 "model_instance_kind": "GPU" if gpu else "CPU",
                 "model_instance_device_id": device_id,
-                "model_instance_name": f"{self.model_name}/{spec['model']}",
+                "model_instance_name": f"{self.model_name}/{model}",
             }
             try:
+                step = step_class(spec["class"])()
                 step.initialize_stage(args)
-            except Exception as exc:
-                raise type(exc)(f"stage {spec['model']}: {exc}") from exc
-            self.stages.append(Stage(spec["model"], step, list(spec["config"]["input"])))
+                inputs = list(spec["config"]["input"])
+            except Exception as exc:  # the stage named, whatever its exception's signature
+                raise RuntimeError(
+                    f"{path.name}: stage {model}: {type(exc).__name__}: {exc}"
+                ) from exc
+            self.stages.append(Stage(model, step, inputs))
+        names = [out["name"] for out in self.model_config["output"]]
+        self.output_specs = output_specs(self.model_config["output"], self.max_batch_size)
+        self.output_names = names
         named = [m for m in self.parameters.get(STAGES_PARAMETER, "").split(",") if m]
         if named and named != [s.model for s in self.stages]:
             raise ValueError(
@@ -162,19 +208,37 @@ class ChainedStep(PythonStep):
             stage.step.finalize()
         super().finalize()
 
+    @property
+    def max_batch_size(self) -> int:
+        return int(self.model_config.get("max_batch_size", 0))
+
     def run(self, items: list[dict[str, Any]]) -> list[Outputs | Exception]:
         results: list[dict[str, Any] | Exception] = list(items)
         for stage in self.stages:
             self._run_stage(stage, results)
-        names = [out["name"] for out in self.model_config["output"]]
+        last = self.stages[-1].model if self.stages else self.model_name
         return [
-            r if isinstance(r, Exception) else {n: r[n] for n in names}  # type: ignore[misc]
-            for r in results
+            r if isinstance(r, Exception) else self._final(r, item, last)
+            for r, item in zip(results, items, strict=True)
         ]
+
+    def _final(
+        self, tensors: dict[str, Any], request: dict[str, Any], last: str
+    ) -> Outputs | Exception:
+        """The request's outputs as numpy arrays of the declared dtypes and shapes (as a
+        function step's are checked), or the error naming the last stage."""
+        try:
+            found = {n: host(tensors[n]) for n in self.output_names if n in tensors}
+            first = next(iter(request.values()), None)
+            rows = first.shape[0] if self.max_batch_size and first is not None else None
+            return check_outputs(found, rows, self.output_specs, last)
+        except Exception as exc:  # OutputCheckError, or a value that cannot be read
+            return labelled(exc, self.model_name) if not isinstance(exc, OutputCheckError) else exc
 
     def _run_stage(self, stage: Stage, results: list[dict[str, Any] | Exception]) -> None:
         """Run ``stage`` on every request still without an error; its outputs are added to the
-        request's tensors, its errors replace them."""
+        request's tensors, its errors (per request; the whole batch's when ``run`` itself fails)
+        replace them."""
         step, library = stage.step, stage.step.tensor_library
         positions, prepared = [], []
         for i, tensors in enumerate(results):
@@ -190,23 +254,33 @@ class ChainedStep(PythonStep):
                         raise InvalidRequest(f"input '{name}' is missing")
                 prepared.append(step.prepare(inputs))
                 positions.append(i)
-            except Exception as exc:  # an InvalidRequest or a stage's bug: this request's
+            except (Exception, SystemExit) as exc:  # an InvalidRequest, or a stage's bug
                 results[i] = labelled(exc, stage.model)
         if not prepared:
             return
         try:
-            outputs = step.run(prepared)
-        except Exception as exc:
+            outputs = list(step.run(prepared))
+            if len(outputs) != len(prepared):
+                raise RuntimeError(f"run returned {len(outputs)} results for {len(prepared)}")
+        except (Exception, SystemExit) as exc:
             outputs = [exc] * len(prepared)
         for i, out in zip(positions, outputs, strict=True):
-            if isinstance(out, Exception):
-                results[i] = labelled(out, stage.model)
-            else:
+            try:
+                if isinstance(out, BaseException):
+                    raise out
+                if not isinstance(out, Mapping):
+                    raise TypeError(f"a result is a {type(out).__name__}, not a dict of tensors")
                 results[i] = {**results[i], **self._typed(step, out)}  # type: ignore[dict-item]
+            except (Exception, SystemExit) as exc:
+                results[i] = labelled(exc, stage.model)
 
     @staticmethod
-    def _typed(step: PythonStep, outputs: dict[str, Any]) -> dict[str, Any]:
-        """A stage's outputs, numpy ones cast to its declared output types."""
+    def _typed(step: PythonStep, outputs: Mapping[str, Any]) -> dict[str, Any]:
+        """A stage's outputs, numpy ones cast to its declared output types.
+
+        Raises:
+            ValueError, TypeError: a value does not convert to its declared type.
+        """
         dtypes = step.output_dtypes
         return {
             name: np.asarray(value, dtype=dtypes[name])

@@ -275,7 +275,7 @@ def _joint(
     try:
         joined = {key: np.concatenate([item[key] for item in group]) for key in group[0]}
         total = sum(int(s) for s in sizes if s is not None)
-        checked = _check(fn(joined), total, outputs, "")
+        checked = check_outputs(fn(joined), total, outputs, "")
     except (Exception, SystemExit):
         return None
     cuts = np.cumsum([int(s) for s in sizes if s is not None])[:-1]
@@ -295,7 +295,7 @@ def _call_one(
     except (Exception, SystemExit) as exc:  # sys.exit() in a step ends only this request
         return _as_request_error(exc, name)
     try:
-        return _check(result, size, outputs, name)
+        return check_outputs(result, size, outputs, name)
     except OutputCheckError as exc:
         return exc
     except Exception as exc:  # a bug in the checks must not escape either
@@ -316,7 +316,9 @@ def _as_request_error(exc: BaseException, name: str) -> Exception:
     return error
 
 
-def _check(result: Any, size: int | None, outputs: Mapping[str, OutputSpec], name: str) -> Tensors:
+def check_outputs(
+    result: Any, size: int | None, outputs: Mapping[str, OutputSpec], name: str
+) -> Tensors:
     """``result`` checked against ``outputs`` and cast to their dtypes.
 
     Args:

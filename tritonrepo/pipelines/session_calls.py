@@ -26,8 +26,8 @@ import numpy as np
 from tritonrepo.pipelines.function_calls import (
     OutputSpec,
     _as_request_error,
-    _check,
     call_batch,
+    check_outputs,
 )
 from tritonrepo.step.errors import InvalidRequest
 from tritonrepo.step.sessions import SessionStore
@@ -119,7 +119,7 @@ class SessionEvents:
                 "(state, outputs)"
             )
         new_state, outputs = result
-        return _Prepared(index, event, new_state, _check(outputs, 1, self.step_outputs,
+        return _Prepared(index, event, new_state, check_outputs(outputs, 1, self.step_outputs,
                                                          self.step_ref))  # fmt: skip
 
     def _wave(self, wave: list[tuple[int, Event]], results: list) -> None:

@@ -45,8 +45,13 @@ PROBES = [
     "short",
     "Dynamic batching joins requests of several clients into one batch.",
 ]
-SAME = 1 - 1e-7  # min cosine of a response with the reference of the version that produced it
-APART = 1 - 1e-6  # max cosine between the two versions' references, for every probe
+# Min cosine of a response with the reference of the version that produced it: the served ONNX
+# Runtime graph and sentence-transformers in PyTorch agree to about 1e-7 (1 - cos), and to 2-3e-7
+# on an AMD EPYC with this process's PyTorch threads. Max cosine between the two versions'
+# references, for every probe: they differ by 1.9-2.4e-5 (bf16-rounded weights), so an answer
+# matches exactly one version.
+SAME = 1 - 2e-6
+APART = 1 - 1e-5
 ENCODER_DIR = MODEL_REPOSITORY / spec.ENCODER_MODEL
 STEADY_ANSWERS = 4  # answers per ensemble client that make a steady state (3 states: >= 48)
 STEADY_DEADLINE_S = 120.0

@@ -9,7 +9,9 @@ Sections (``--only`` picks some; each starts its own server with only its ensemb
 * ``image``: image_classification, one image per request, against in-process PyTorch
   (:mod:`benchmarks.gpu_image`);
 * ``ctr``: ctr_ranking, one user per request, against in-process PyTorch and the naive FastAPI
-  server (:mod:`benchmarks.gpu_ctr`).
+  server (:mod:`benchmarks.gpu_ctr`);
+* ``described``: digit_scans, a described pipeline whose core is a team's own torch module, one
+  scan per request, against its FastAPI service on the same GPU (:mod:`benchmarks.gpu_described`).
 
 Outputs are checked before timing (min cosine to sentence-transformers FP32; top-5; CTR
 scores). Writes ``report.md``, ``results.json`` and plots under ``build/bench-gpu/``
@@ -35,7 +37,7 @@ from benchmarks.gpu_text import (
 from benchmarks.results import Run, System
 from tritonrepo.paths import BUILD_DIR
 
-SECTIONS = ("text", "image", "ctr")
+SECTIONS = ("text", "image", "ctr", "described")
 
 
 def gpu_facts() -> dict[str, str]:
@@ -64,10 +66,16 @@ def header(run: Run) -> list[str]:
         f"{m['sentence-transformers']}, numpy {m['numpy']}, Python {m['python']}; tritonserver "
         f"{m['tritonserver']}; tritonclient {m['tritonclient']} (perf_analyzer).",
         *[f"- **{k}:** {v}" for k, v in run.inputs.items()],
-        f"- **Load (text):** perf_analyzer, gRPC, async with a few client threads, closed loop "
-        f"({run.settings['window']}); one text per request at c = {run.settings['single']}, "
-        f"{BULK_TEXTS} texts per request at c = {run.settings['bulk']}. Throughput is texts/s "
-        "for every text row.",
+        *(
+            [
+                f"- **Load (text):** perf_analyzer, gRPC, async with a few client threads, closed "
+                f"loop ({run.settings['window']}); one text per request at c = "
+                f"{run.settings['single']}, {BULK_TEXTS} texts per request at c = "
+                f"{run.settings['bulk']}. Throughput is texts/s for every text row."
+            ]
+            if "text" in run.settings["sections"]
+            else []
+        ),
         "",
     ]
 
@@ -91,7 +99,7 @@ def section_lines(systems: list[System], workload: str, out: Path) -> list[str]:
 
 def summary(run: Run) -> list[str]:
     """Every section's summary lines (measured value, bound, verdict)."""
-    from benchmarks import gpu_ctr, gpu_image
+    from benchmarks import gpu_ctr, gpu_described, gpu_image
 
     lines = []
     sections = run.settings["sections"]
@@ -101,6 +109,10 @@ def summary(run: Run) -> list[str]:
         lines += gpu_image.summary([s for s in run.systems if s.workload == "image_classification"])
     if "ctr" in sections:
         lines += gpu_ctr.summary([s for s in run.systems if s.workload == "ctr_ranking"])
+    if "described" in sections:
+        lines += gpu_described.summary(
+            [s for s in run.systems if s.workload == gpu_described.WORKLOAD]
+        )
     return lines
 
 
@@ -109,7 +121,7 @@ def write_report(run: Run, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     run.save(out / "results.json")
     lines = [*header(run), *summary(run)]
-    for workload in (WORKLOAD, "image_classification", "ctr_ranking"):
+    for workload in (WORKLOAD, "image_classification", "ctr_ranking", "digit_scans"):
         lines += section_lines(run.systems, workload, out)
         if workload == WORKLOAD:
             lines += list(run.settings.get("step_tables", []))
@@ -164,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
             from benchmarks import gpu_ctr
 
             run.systems += gpu_ctr.run_section(args.quick, out)
+        if "described" in sections:
+            from benchmarks import gpu_described
+
+            run.systems += gpu_described.run_section(args.quick, out)
     finally:
         path = write_report(run, out)
     print("\n".join(summary(run)))

@@ -19,6 +19,10 @@ uvicorn workers (``uvicorn_worker.UvicornWorker``), the app built once per worke
 a plain ``def`` route (FastAPI runs it in its thread pool). :class:`PipelineFastApi` starts it
 with :class:`benchmarks.naive_server.NaiveServer`'s process handling. Only stateless pipelines
 whose steps are functions (``[preprocess] function``) have this baseline.
+
+With ``$PIPELINE_FASTAPI_DEVICE`` set (e.g. ``cuda:0``; :class:`PipelineFastApi`'s ``device``),
+a core whose ``build()`` returns a torch module runs that module in eager PyTorch on the device
+instead (:class:`TorchCore`): the GPU baseline of ``make bench-gpu``'s ``digit_scans`` rows.
 """
 
 from __future__ import annotations
@@ -37,10 +41,11 @@ from tritonclient.utils import triton_to_np_dtype
 
 from benchmarks.naive_server import NaiveServer
 from builders.pipeline.in_process import InProcess
-from tritonrepo.description import Pipeline, Tensor, load
+from tritonrepo.description import Pipeline, Tensor, import_ref, load
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES
 
 NAME_ENV = "PIPELINE_FASTAPI_NAME"  # the pipeline app_from_env() serves
+DEVICE_ENV = "PIPELINE_FASTAPI_DEVICE"  # set: the saved torch module on this device (TorchCore)
 APP = "benchmarks.pipeline_fastapi:app_from_env()"  # gunicorn's factory-call syntax
 
 
@@ -73,6 +78,66 @@ def session_options() -> Any:
     options = ort.SessionOptions()
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
+
+
+class TorchCore(InProcess):
+    """``pipeline`` around its core's saved torch module (``<core>/1/module.pt``, what
+    ``make artifacts`` trained and ``make artifacts-gpu`` exports) in eager PyTorch on
+    ``device``, under ``torch.inference_mode``: the FastAPI service a team serving its own module
+    on a GPU writes. ``precision`` (``"fp16"``/``"fp32"``) is the served program's, read from
+    its ``torch_metadata.json`` by :func:`program_precision`; float inputs are cast to it, float
+    outputs back to FP32.
+
+    Raises:
+        FileNotFoundError: ``module.pt`` is missing (``make artifacts``).
+    """
+
+    def __init__(self, pipeline: Pipeline, device: str, precision: str) -> None:
+        import torch
+
+        from builders.torch_programs import described_export
+        from tritonrepo_client.model_repository.config_sets import config_path
+        from tritonrepo_client.model_repository.configs import load_config
+
+        saved = described_export.load_module(
+            described_export.module_path(MODEL_REPOSITORY, pipeline)
+        )
+        self.pipeline, self.device = pipeline, torch.device(device)
+        self.dtype = {"fp16": torch.float16, "fp32": torch.float32}[precision]
+        self.module = saved["module"].to(self.device, self.dtype).eval()
+        self.inputs = list(saved["examples"])
+        config = load_config(config_path(MODEL_REPOSITORY, pipeline.core.model, "torch_gpu"))
+        self.names = [o.name for o in config.output]
+        self.pre = import_ref(pipeline.preprocess.function)
+        self.post = import_ref(pipeline.postprocess.function)
+
+    def core_feeds(self, pre_out: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        return {name: np.asarray(pre_out[name]) for name in self.inputs}
+
+    def run_core(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        import torch
+
+        with torch.inference_mode():
+            args = [torch.as_tensor(feeds[n]).to(self.device) for n in self.inputs]
+            args = [a.to(self.dtype) if a.is_floating_point() else a for a in args]
+            out = self.module(*args)
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            return [(o.float() if o.is_floating_point() else o).cpu().numpy() for o in outs]
+
+
+def program_precision(pipeline: Pipeline) -> str:
+    """``"fp16"`` or ``"fp32"``: the precision of the core's built ``torch_gpu`` program.
+
+    Raises:
+        FileNotFoundError: the program is not built (``make artifacts-gpu``).
+    """
+    import json
+
+    core = pipeline.core
+    path = MODEL_REPOSITORY / core.model / str(core.versions[0]) / "torch_metadata.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: run `make artifacts-gpu`")
+    return json.loads(path.read_text())["precision"]
 
 
 def _item_type(tensor: Tensor) -> type:
@@ -168,13 +233,19 @@ def create_app(name: str) -> FastAPI:
     pipeline = describe(name)
     state: dict[str, InProcess] = {}
 
+    device = os.environ.get(DEVICE_ENV)
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> Iterator[None]:
-        state["pipeline"] = InProcess(pipeline, model_file(pipeline), session_options())
+        if device:
+            state["pipeline"] = TorchCore(pipeline, device, program_precision(pipeline))
+        else:
+            state["pipeline"] = InProcess(pipeline, model_file(pipeline), session_options())
         yield
         state.clear()
 
-    app = FastAPI(title=f"{name} (FastAPI + ONNX Runtime)", lifespan=lifespan)
+    runtime = f"PyTorch on {device}" if device else "ONNX Runtime"
+    app = FastAPI(title=f"{name} (FastAPI + {runtime})", lifespan=lifespan)
     body_model = request_model(pipeline)
 
     @app.get("/health")
@@ -206,16 +277,22 @@ def layouts(cores: int | None = None) -> list[int]:
 
 class PipelineFastApi(NaiveServer):
     """gunicorn with ``workers`` uvicorn workers serving :func:`create_app` of ``name`` on
-    127.0.0.1:``port``, until every worker answers ``/health`` (``NaiveServer``'s start-up and
-    stop); ``url`` is ``http://127.0.0.1:<port>``, the route ``/<name>``.
+    127.0.0.1:``port`` (with ``device``: the core's torch module there, :class:`TorchCore`),
+    until every worker answers ``/health`` (``NaiveServer``'s start-up and stop); ``url`` is
+    ``http://127.0.0.1:<port>``, the route ``/<name>``.
 
     Raises (on ``__enter__``):
         RuntimeError: the service did not start within ``startup_timeout_s`` (see ``log_file``).
     """
 
     def __init__(
-        self, name: str, port: int, workers: int, log_file: Path, startup_timeout_s: float = 120
+        self,
+        name: str,
+        port: int,
+        workers: int,
+        log_file: Path,
+        startup_timeout_s: float = 120,
+        device: str | None = None,
     ) -> None:
-        super().__init__(
-            name, port, workers, log_file, startup_timeout_s, app=APP, env={NAME_ENV: name}
-        )
+        env = {NAME_ENV: name} | ({DEVICE_ENV: device} if device else {})
+        super().__init__(name, port, workers, log_file, startup_timeout_s, app=APP, env=env)

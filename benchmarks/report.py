@@ -15,6 +15,7 @@ UNITS = {
     "ctr_ranking": "requests/s",
     "ctr_session": "events/s",
     "image_classification": "images/s",
+    "digit_scans": "scans/s",
 }
 
 

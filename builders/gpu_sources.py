@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from builders.host_sources import Sources
+from builders.host_sources import TORCH_EXPORT, Sources
 from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
 from tritonrepo.server.artifact_checks import (
     MAKE_ARTIFACTS,
@@ -48,14 +48,21 @@ def declared_sources() -> dict[str, Sources]:
     """``{model: Sources}``: every GPU-host program's sources, as the builder module of each
     described core declares them in its ``GPU_SOURCES`` (``{model: Sources}``, e.g.
     ``builders/onnx_export/ctr.py``; the modules come from the descriptions,
-    ``builders.pipeline.core_owners``). A module declares only models it owns.
+    ``builders.pipeline.core_owners``). A module declares only models it owns. A core whose
+    ``build()`` returns a torch module needs the module ``make artifacts`` saved
+    (:mod:`builders.torch_programs.described_export`).
 
     Raises:
         ValueError: a module declares sources for a model it does not own (``MODELS``).
     """
     from builders.pipeline.core_owners import owners
+    from builders.torch_programs import described_export
 
     found: dict[str, Sources] = {}
+    root = MODEL_REPOSITORY.relative_to(REPO_ROOT)
+    for model, pipeline in described_export.described_cores().items():
+        saved = described_export.module_path(root, pipeline).as_posix()
+        found[model] = Sources(TORCH_EXPORT, files=(saved,))
     table = owners()
     for module in dict.fromkeys(o.builder for o in table.values() if o.builder is not None):
         for model, sources in getattr(importlib.import_module(module), "GPU_SOURCES", {}).items():

@@ -18,7 +18,10 @@ a ``build`` function:
    quantization calibrated on the preprocessed samples (MinMax, per-channel symmetric weights);
    its largest deviation from FP32 on the samples is recorded, not gated (it goes live only
    through a rollout);
-4. ``build_metadata.json`` records the pipeline, the digest of its sources (description and
+4. a core whose ``build`` returns a torch module and that has ``[model.torch_gpu]`` is also
+   saved as ``module.pt`` beside ``model.onnx``, with the parity feeds: ``make artifacts-gpu``
+   exports its program from it (:mod:`builders.torch_programs.described_export`);
+5. ``build_metadata.json`` records the pipeline, the digest of its sources (description and
    code), the parity figures and the common fields (``builders.metadata``).
 
 A model whose recorded source digest equals the current one is left as it is (so
@@ -51,6 +54,7 @@ from builders.onnx_export.quantization import quantize_qdq
 from builders.pipeline import module_build
 from builders.pipeline.graph import ModelSourceError, obtain_model
 from builders.pipeline.in_process import InProcess, Replay
+from builders.torch_programs import described_export
 from tritonrepo.description import (
     DescriptionError,
     GraphPipeline,
@@ -193,11 +197,22 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
     folder = repository / core.model / str(core.versions[0])
     digest = source_digest(pipeline)
     metadata_path = folder / BUILD_METADATA_FILE
+    saves_module = described_export.exports_program(pipeline)
     built = (folder / "model.onnx").is_file() and metadata_path.is_file()
+    built = built and (
+        not saves_module or described_export.module_path(repository, pipeline).is_file()
+    )
     if built and json.loads(metadata_path.read_text()).get("source_sha256") == digest:
         return None
     started = time.monotonic()
-    model = obtain_model(pipeline)
+    torch_source: dict[str, Any] = {}
+    model = obtain_model(pipeline, torch_source)
+    if saves_module and not torch_source:
+        raise ModelSourceError(
+            f"model.torch_gpu: {core.build}() returned an ONNX model, and a torch.export program "
+            "is exported from a torch module: return (torch.nn.Module, {input: example tensor}), "
+            "or leave [model.torch_gpu] out"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     staged = folder / "model.onnx.tmp"
     staged.write_bytes(model.SerializeToString())
@@ -208,6 +223,14 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
         staged.unlink(missing_ok=True)
         raise
     staged.replace(folder / "model.onnx")
+    if saves_module:
+        path = described_export.module_path(repository, pipeline)
+        try:
+            described_export.save_module(
+                path, torch_source["module"], torch_source["examples"], feeds
+            )
+        except ValueError as exc:
+            raise ModelSourceError(str(exc)) from exc
     fields = {
         "pipeline": pipeline.name,
         "description": description_path(pipeline),

@@ -123,10 +123,8 @@ def render_files(pipeline: Pipeline, checked: Checked, repository: Path) -> dict
         files[folder / str(version) / ".gitkeep"] = ""
     if pipeline.one_step_gpu:  # the description refuses it for a stateful pipeline
         chained = chained_files(pipeline, checked.probe, repository, files, sorted(versions))
-        clash = sorted(str(p) for p in chained.keys() & files.keys())
-        if clash:  # the CPU one-step model's model.py: one per version folder
-            raise DescriptionError(pipeline.source, [f"one_step_gpu: {clash[0]} is the CPU one-"
-                                   "step model's already; drop one_step_gpu"])  # fmt: skip
+        # The CPU one-step model's model.py is the same file (render_one_step.one_step_model_py).
+        assert all(files.get(p, text) == text for p, text in chained.items()), "one model.py"
         files.update(chained)
     if pipeline.tests:
         files[REPO_ROOT / "tests" / "pipelines" / f"test_{pipeline.name}.py"] = render.test_module(

@@ -76,11 +76,12 @@ def graph_io(model: Any) -> GraphIO:
     return GraphIO(tensors(model.graph.input), tensors(model.graph.output))
 
 
-def obtain_model(pipeline: Pipeline) -> Any:
+def obtain_model(pipeline: Pipeline, torch_source: dict[str, Any] | None = None) -> Any:
     """The core model as an ``onnx.ModelProto``, from the description's ``onnx`` file or
     ``build`` function (a ``ModelProto``, ONNX bytes, a path, or ``(torch.nn.Module,
     {input: example tensor})`` exported here with a dynamic batch dim, opset
-    :data:`EXPORT_OPSET`).
+    :data:`EXPORT_OPSET`). When ``build`` returns a torch module and ``torch_source`` is a dict,
+    it receives ``{"module": ..., "examples": ...}``.
 
     Raises:
         ModelSourceError: the file is missing, the function fails, or returns something else;
@@ -109,6 +110,8 @@ def obtain_model(pipeline: Pipeline) -> Any:
     if isinstance(result, (str, Path)):
         return onnx.load(str(result))
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+        if torch_source is not None:
+            torch_source.update(module=result[0], examples=result[1])
         return _export_torch(*result)
     raise ModelSourceError(
         f"model.build: {core.build}() returned {type(result).__name__}; return an "

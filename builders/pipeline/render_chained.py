@@ -35,7 +35,6 @@ from tritonrepo_client.model_repository.roles import (
 )
 
 CHAINED_SET = "torch_gpu"
-CHAINED_CLASS = "tritonrepo.pipelines.chained_step:ChainedStep"
 CORE_CLASS = "tritonrepo.runners.torch_step:TorchProgramStep"  # backends/torch_python's model
 CHAINED_DOC = (
     "One Python-backend model on the GPU: preprocess -> core (torch.export program) ->\n"
@@ -103,8 +102,8 @@ def stages(pipeline: Pipeline, repository: Path, files: Mapping[Path, str]) -> l
 
 
 def chained_model_py(pipeline: Pipeline) -> str:
-    """The one-step model's ``model.py``: a subclass of :data:`CHAINED_CLASS`."""
-    return one_step_model_py(pipeline, CHAINED_CLASS, "the GPU")
+    """The one-step model's ``model.py`` (shared with the other set's)."""
+    return one_step_model_py(pipeline)
 
 
 def chained_files(

@@ -32,7 +32,6 @@ from tritonrepo_client.model_repository.dtypes import BY_NAME
 from tritonrepo_client.model_repository.roles import PROBE_PARAMETER
 
 FUSED_SET = "cpu"
-FUSED_CLASS = "tritonrepo.pipelines.fused_step:FusedStep"
 # Instances of the one-step model when the core's cpu deployment asks for one
 # (fused_instances): one when every input is a number tensor, two when an input is BYTES.
 # - Numeric inputs (tabular rows): the steps are numpy over the whole batch, so the cost of an
@@ -114,8 +113,8 @@ def _output(t: Tensor) -> dict[str, object]:
 
 
 def fused_model_py(pipeline: Pipeline) -> str:
-    """The one-step model's ``model.py``: a subclass of :data:`FUSED_CLASS`."""
-    return one_step_model_py(pipeline, FUSED_CLASS, "CPU")
+    """The one-step model's ``model.py`` (shared with the other set's)."""
+    return one_step_model_py(pipeline)
 
 
 def fused_files(

@@ -3,7 +3,9 @@ Python-backend model (:func:`one_step_config`) and its ``model.py`` (:func:`one_
 
 The CPU one-step model (:mod:`builders.pipeline.render_fused`) runs the functions and the ONNX
 core in one process; the GPU one (:mod:`builders.pipeline.render_chained`) runs the three models'
-own code there. Both serve under the pipeline's name, with its inputs and outputs, the core's
+own code there. A pipeline can have both (a version folder holds one ``model.py``): it names
+:class:`tritonrepo.pipelines.one_step.OneStep`, which runs the form the loaded config names.
+Both serve under the pipeline's name, with its inputs and outputs, the core's
 served versions and Triton's plain queue (:data:`tritonrepo.server.queue_policy.ONE_STEP`).
 """
 
@@ -42,12 +44,17 @@ def one_step_config(
     )
 
 
-def one_step_model_py(pipeline: Pipeline, class_ref: str, where: str) -> str:
-    """The one-step model's ``model.py``: a subclass of ``class_ref`` (``module:Class``)."""
-    module, _, cls = class_ref.partition(":")
+ONE_STEP_CLASS = "tritonrepo.pipelines.one_step:OneStep"
+
+
+def one_step_model_py(pipeline: Pipeline) -> str:
+    """The one-step model's ``model.py``, one file for both sets: a subclass of
+    :data:`ONE_STEP_CLASS`, which runs the form the loaded config names."""
+    module, _, cls = ONE_STEP_CLASS.partition(":")
     return (
-        f'"""{pipeline.name} on {where} in one step: preprocess -> {pipeline.core.model} -> '
-        'postprocess."""\n\n'
+        f'"""{pipeline.name} in one step: preprocess -> {pipeline.core.model} -> postprocess.\n\n'
+        "On the CPU or the GPU, as the loaded config names (tritonrepo/pipelines/one_step.py).\n"
+        '"""\n\n'
         f"from {module} import {cls}\n\n\n"
         f"class TritonPythonModel({cls}):\n"
         f'    """Python-backend entry point; initialize/execute/finalize come from {cls}."""\n'

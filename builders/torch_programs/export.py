@@ -15,6 +15,10 @@ Writes, per model, ``<model>/1/model.pt2`` and ``<model>/1/torch_metadata.json``
   ``configs/torch_gpu.pbtxt``, seq 1..256 (``tritonrepo.text.spec.MAX_SEQ_LENGTH``).
 * ``ctr_model``: ``builders.onnx_export.ctr_network.ExportGraph`` of the trained weights (``make
   artifacts``), ``input_ids`` INT64 ``[batch, 64]`` → ``ctr`` FP32 ``[batch, 1]``.
+* a described core whose ``build()`` returns a torch module and that has ``[model.torch_gpu]``
+  (e.g. ``digit_scans_model``): the module ``make artifacts`` saved (``1/module.pt``), inputs as
+  its ONNX graph's, gated by the lowest per-row cosine of its outputs against the FP32 module on
+  the pipeline's samples (``builders/torch_programs/described_export.py``).
 * ``image_classifier`` (EfficientNet-Lite0, ImageNet weights) and ``image_classifier_resnet50``
   (random weights, seed 0): ``pixels`` FP32 ``[batch, 3, 224, 224]`` → ``logits`` FP32 ``[batch,
   1000]`` (``builders/torch_programs/image_export.py``, which also gates them: top-1/top-5 on real
@@ -49,6 +53,7 @@ import numpy as np
 from builders.file_digest import sha256
 from builders.gates.accuracy_gate import TOLERANCES, Tolerance
 from builders.metadata import write_metadata
+from builders.torch_programs import described_export
 from builders.torch_programs import image_export as image_torch_export
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.image import spec as image_spec
@@ -262,6 +267,16 @@ def build(model: str, repository: Path, device: str, precision: str) -> dict:
         accuracy = image_torch_export.image_gate(program, reference, device, gate)
         inputs = {image_spec.CORE_INPUT: ["batch", 3, 224, 224]}
         source_file = image_torch_export.source_file(model)
+        shapes = {"batch": [1, batch]}
+    elif model in (described := described_export.described_cores()):
+        pipeline = described[model]
+        program, reference, feeds, inputs = described_export.export_described(
+            pipeline, repository, device, precision, batch
+        )
+        accuracy = described_export.described_gate(
+            program, reference, feeds, device, gate.min_cosine
+        )
+        source_file = described_export.module_path(repository, pipeline)
         shapes = {"batch": [1, batch]}
     else:
         raise ValueError(f"no torch export for {model}; known: {MODELS}")

@@ -15,16 +15,14 @@ run is tests/gpu/test_gpu_serving.py.
 from __future__ import annotations
 
 import json
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-import tritonclient.http as httpclient
 
-from builders.torch_programs import export as torch_export
 from reference_data.text_corpus import real_texts
 from tests.conftest import server_options
+from tests.one_step_on_cpu import largest_batch, one_step_on_cpu
 from tests.sentences import LONG_PARAGRAPH, SENTENCES
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.pipelines.chained_step import STAGES_FILE
@@ -46,18 +44,9 @@ def repository(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(repository):
-    root = repository
-    for model in (PIPELINE, *STAGES):
-        shutil.copytree(
-            MODEL_REPOSITORY / model, root / model, ignore=shutil.ignore_patterns("*.onnx")
-        )
-    torch_export.build(spec.ENCODER_MODEL, root, "cpu", "fp32")
-    config = root / PIPELINE / "configs" / "torch_gpu.pbtxt"
-    text = config.read_text()
-    assert "kind: KIND_GPU" in text
-    config.write_text(text.replace("kind: KIND_GPU", "kind: KIND_CPU"))
+    one_step_on_cpu(repository, PIPELINE, STAGES, spec.ENCODER_MODEL)
     options = server_options(
-        "one-step", model_repository=root, model_config_name="torch_gpu", models=(PIPELINE,)
+        "one-step", model_repository=repository, model_config_name="torch_gpu", models=(PIPELINE,)
     )
     with TritonServer(options) as server:
         yield server
@@ -106,12 +95,7 @@ def test_concurrent_texts_and_a_bad_one_each_get_their_own_answer(server, refere
     del texts[20]
     got = np.stack(answers)  # type: ignore[arg-type]
     assert ((got * reference_embed(texts)).sum(axis=1)).min() > 0.9999
-    client = httpclient.InferenceServerClient(server.options.http_url)
-    try:
-        batches = client.get_inference_statistics(PIPELINE)["model_stats"][0]["batch_stats"]
-    finally:
-        client.close()
-    assert max(int(b["batch_size"]) for b in batches) > 1, "no dynamic batch was formed"
+    assert largest_batch(server.options.http_url, PIPELINE) > 1, "no dynamic batch was formed"
 
 
 def test_only_the_one_model_is_loaded(server):

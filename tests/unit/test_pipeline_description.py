@@ -368,23 +368,27 @@ def test_parse_rejects_non_table_sections(tmp_path: Path):
     find(info.value.problems, source, "preprocess", "is missing; add a [preprocess] table")
 
 
-def test_a_torch_gpu_set_needs_a_builder_core(tmp_path):
-    """``[model.torch_gpu]`` on a core built from ``build``: refused, since nothing would build
-    its ``model.pt2``; the same table on a ``builder`` core (image_classification) loads."""
+def test_a_torch_gpu_set_needs_a_torch_module(tmp_path):
+    """``[model.torch_gpu]`` on a core given as an ``onnx`` file: refused, since there is no
+    torch module to export ``model.pt2`` from; the same table on a ``build`` core (whose
+    function returns the module) and on a ``builder`` core (image_classification) loads."""
     from tritonrepo.paths import PIPELINES
 
     text = (PIPELINES / "breast_cancer" / "pipeline.toml").read_text()
+    with_set = text.replace("[postprocess]", "[model.torch_gpu]\ninstances = 2\n\n[postprocess]")
     path = tmp_path / "pipeline.toml"
     path.write_text(
-        text.replace("[postprocess]", "[model.torch_gpu]\ninstances = 2\n\n[postprocess]")
+        with_set.replace('build = "pipelines.breast_cancer.model:build"', 'onnx = "core.onnx"')
     )
     with pytest.raises(DescriptionError) as caught:
         load(path)
     assert len(caught.value.problems) == 1
     assert (
-        "model.torch_gpu: a torch.export program (model.pt2) is built only by a builder"
+        "model.torch_gpu: a torch.export program (model.pt2) is exported from a torch module"
         in (caught.value.problems[0])
     )
+    path.write_text(with_set)
+    assert load(path).core.deployments["torch_gpu"].instances == 2
     shipped = load(PIPELINES / "image_classification" / "pipeline.toml")
     assert shipped.core.deployments["torch_gpu"].instances == 2
 

@@ -180,7 +180,11 @@ def test_generated_configs_parse_and_say_what_they_run(generated: Workspace):
     # Triton's plain queue: the batcher prefetches instead of waiting for a free instance.
     queue = one.dynamic_batching
     assert queue.priority_levels == 0 and not queue.HasField("default_queue_policy")
-    assert "FusedStep" in (repo / "toy/1/model.py").read_text()
+    assert "(OneStep)" in (repo / "toy/1/model.py").read_text()
+    from tritonrepo.pipelines.fused_step import FusedStep
+    from tritonrepo.pipelines.one_step import OneStep
+
+    assert OneStep.form(one.parameters) is FusedStep  # what configs/cpu.pbtxt runs
 
 
 @pytest.mark.parametrize("config_name", [None, "cpu"], ids=["gpu", "cpu"])

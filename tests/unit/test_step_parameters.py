@@ -16,6 +16,7 @@ import pytest
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.image import spec as image_spec
 from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo.pipelines.one_step import OneStep
 from tritonrepo.runners.onnx_runner import OnnxRunner
 from tritonrepo.step.parameters import NON_STEP_KEYS, REQUIRED, Parameter, ParameterError, parse
 from tritonrepo.step.python_step import PythonStep
@@ -42,7 +43,9 @@ def _step_classes(config_path: Path) -> list[type[PythonStep]]:
     cfg = load_config(config_path)
     if cfg.backend == "python":
         model_dir = MODEL_REPOSITORY / cfg.name
-        return [_model_class(p) for p in sorted(model_dir.glob("[0-9]*/model.py"))]
+        found = [_model_class(p) for p in sorted(model_dir.glob("[0-9]*/model.py"))]
+        # A one-step model's model.py serves every set: the class this config runs.
+        return [c.form(cfg.parameters) if issubclass(c, OneStep) else c for c in found]
     return [_model_class(ROOT / "backends" / cfg.backend / "model.py")]
 
 

@@ -144,12 +144,13 @@ def _core(r: _Reader, raw: Any, name: str, max_batch_size: int) -> Core:
         if not isinstance(dims, list) or any(not isinstance(d, int) or d < 1 for d in dims):
             r.problem(f"{where}.fixed_dims.{key}", f"{dims!r}: give fixed sizes >= 1")
     doc = r.get(raw, "doc", where, str, "")
-    if "torch_gpu" in raw and sources["builder"] is None:
+    if "torch_gpu" in raw and sources["onnx"] is not None:
         r.problem(
             f"{where}.torch_gpu",
-            "a torch.export program (model.pt2) is built only by a builder module of this "
-            "repository (make artifacts-gpu); on a GPU without NVIDIA's container serve the "
-            "cpu set, or build the plan in NGC's container (make build-plans)",
+            "a torch.export program (model.pt2) is exported from a torch module: give "
+            "build = 'module:function' returning (torch.nn.Module, {input: example tensor}), "
+            "or leave [model.torch_gpu] out (the torch_gpu set then runs the ONNX model with "
+            "ONNX Runtime on CPU instances)",
         )
     if sources["builder"] is not None and not (raw.get("input") and raw.get("output")):
         r.problem(

@@ -1,7 +1,10 @@
-"""click_lightgbm on CPU in one step: preprocess -> click_lightgbm_model -> postprocess."""
+"""click_lightgbm in one step: preprocess -> click_lightgbm_model -> postprocess.
 
-from tritonrepo.pipelines.fused_step import FusedStep
+On the CPU or the GPU, as the loaded config names (tritonrepo/pipelines/one_step.py).
+"""
+
+from tritonrepo.pipelines.one_step import OneStep
 
 
-class TritonPythonModel(FusedStep):
-    """Python-backend entry point; initialize/execute/finalize come from FusedStep."""
+class TritonPythonModel(OneStep):
+    """Python-backend entry point; initialize/execute/finalize come from OneStep."""

@@ -1,7 +1,10 @@
-"""text_embedding on the GPU in one step: preprocess -> text_embedding_encoder -> postprocess."""
+"""text_embedding in one step: preprocess -> text_embedding_encoder -> postprocess.
 
-from tritonrepo.pipelines.chained_step import ChainedStep
+On the CPU or the GPU, as the loaded config names (tritonrepo/pipelines/one_step.py).
+"""
+
+from tritonrepo.pipelines.one_step import OneStep
 
 
-class TritonPythonModel(ChainedStep):
-    """Python-backend entry point; initialize/execute/finalize come from ChainedStep."""
+class TritonPythonModel(OneStep):
+    """Python-backend entry point; initialize/execute/finalize come from OneStep."""

@@ -1,8 +1,10 @@
 """The HTTP guard's cost (:mod:`tritonrepo.server.http_guard`, nginx + njs): text_embedding
 requests of one text each over HTTP (tritonclient.http, binary tensors, the Python load generator),
-direct to Triton's HTTP port and through a guard in front of it: same server, same texts, same
-script, every concurrency level of the run (``--quick``: 1 and 8, 2 s each). The report's rows
-``triton_http_direct`` and ``triton_http_guarded`` give throughput and p50/p95/p99 for each.
+direct to Triton's HTTP port and through a guard in front of it, and through the guard's OpenAI
+``/v1/embeddings`` (``deploy/guard/openai_embeddings.js``) with OpenAI's own client: same server,
+same texts, same script, every concurrency level of the run (``--quick``: 1 and 8, 2 s each). The
+report's rows ``triton_http_direct``, ``triton_http_guarded`` and ``openai_embeddings_guarded``
+give throughput and p50/p95/p99 for each.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ WORKLOAD = "text_embedding"
 
 
 def steps(settings: Settings) -> int:
-    """Progress steps of :func:`guard_cost`: one per level, direct and guarded."""
-    return 2 * len(settings.levels)
+    """Progress steps of :func:`guard_cost`: one per level, direct, guarded and OpenAI."""
+    return 3 * len(settings.levels)
 
 
 def _http_caller(url: str) -> loadgen.CallerFactory:
@@ -39,6 +41,29 @@ def _http_caller(url: str) -> loadgen.CallerFactory:
     return make
 
 
+def _openai_caller(url: str) -> loadgen.CallerFactory:
+    def make():
+        import openai
+
+        client = openai.OpenAI(base_url=f"http://{url}/v1", api_key="unused", max_retries=0)
+
+        def call(text: str) -> None:
+            client.embeddings.create(model=spec.ENSEMBLE, input=text)
+
+        return call, client.close
+
+    return make
+
+
+def _openai_embed(url: str, text: str) -> np.ndarray:
+    """EMBEDDING FP32 [1, 384] of ``text`` from ``/v1/embeddings`` at ``url`` (OpenAI's client)."""
+    import openai
+
+    with openai.OpenAI(base_url=f"http://{url}/v1", api_key="unused") as client:
+        answer = client.embeddings.create(model=spec.ENSEMBLE, input=text)
+    return np.array([answer.data[0].embedding], dtype=np.float32)
+
+
 def _embed(url: str, text: str) -> np.ndarray:
     """EMBEDDING FP32 [1, 384] of ``text`` from the server at ``url``."""
     client = httpclient.InferenceServerClient(url)
@@ -51,7 +76,8 @@ def _embed(url: str, text: str) -> np.ndarray:
 
 
 def guard_cost(server: TritonServer, texts: list[str], settings: Settings) -> list[System]:
-    """Two systems, direct and guarded, measured one after the other on ``server``.
+    """Three systems, direct, guarded and OpenAI's endpoint, measured one after the other on
+    ``server``.
 
     Raises:
         RuntimeError: nginx + njs are missing (``make guard-deps``), the guard does not start,
@@ -68,26 +94,32 @@ def guard_cost(server: TritonServer, texts: list[str], settings: Settings) -> li
     systems = []
     try:
         direct_url, guard_url = server.options.http_url, guard.url
-        if not np.array_equal(_embed(direct_url, texts[0]), _embed(guard_url, texts[0])):
+        want = _embed(direct_url, texts[0])
+        if not np.array_equal(want, _embed(guard_url, texts[0])):
             raise RuntimeError("the HTTP guard changed an answer of text_embedding")
-        for key, name, url in (
-            ("triton_http_direct", "Triton text_embedding over HTTP, direct", direct_url),
-            ("triton_http_guarded", "Triton text_embedding over HTTP, HTTP guard", guard_url),
-        ):
+        if not np.array_equal(want, _openai_embed(guard_url, texts[0])):
+            raise RuntimeError("/v1/embeddings answered other values than KServe v2")
+        kserve = "one text per request, tritonclient.http, binary tensors"
+        for key, name, caller, notes in (
+            ("triton_http_direct", "Triton text_embedding over HTTP, direct",
+             _http_caller(direct_url), kserve),
+            ("triton_http_guarded", "Triton text_embedding over HTTP, HTTP guard",
+             _http_caller(guard_url), f"{kserve}; nginx + njs (deploy/guard/), same server"),
+            ("openai_embeddings_guarded", "text_embedding over OpenAI's /v1/embeddings",
+             _openai_caller(guard_url),
+             "one text per request, OpenAI's Python client (base64), through the HTTP guard"),
+        ):  # fmt: skip
             measured = []
             for level in settings.levels:
-                measured.append(
-                    loadgen.run_closed_loop(_http_caller(url), texts, level, settings.loadgen_s)
-                )
+                measured.append(loadgen.run_closed_loop(caller, texts, level, settings.loadgen_s))
                 settings.progress(f"{key} c={level}")
-            notes = "one text per request, tritonclient.http, binary tensors"
-            if key == "triton_http_guarded":
-                notes += "; nginx + njs (deploy/guard/), same server"
             systems.append(System(WORKLOAD, key, name, "python", "same answers", measured, notes))
     finally:
         guard.stop()
-    direct, guarded = systems
-    for d, g in zip(direct.levels, guarded.levels, strict=True):
+    direct, guarded, openai_row = systems
+    for d, g, o in zip(direct.levels, guarded.levels, openai_row.levels, strict=True):
         guarded.values[f"p50_overhead_ms_c{d.concurrency}"] = g.p50_ms - d.p50_ms
         guarded.values[f"throughput_ratio_c{d.concurrency}"] = g.throughput / d.throughput
+        openai_row.values[f"p50_vs_guarded_ms_c{d.concurrency}"] = o.p50_ms - g.p50_ms
+        openai_row.values[f"throughput_vs_guarded_c{d.concurrency}"] = o.throughput / g.throughput
     return systems

@@ -158,7 +158,8 @@ def ensemble_config(
 ) -> str:  # fmt: skip
     """The ensemble's ``config.pbtxt``: request → preprocess → core → postprocess → response;
     ``probe`` (JSON, :mod:`tritonrepo_client.control.probe_declaration`) becomes its
-    ``tritonrepo_probe`` parameter."""
+    ``tritonrepo_probe`` parameter, ``[openai_embeddings]`` its
+    ``tritonrepo_openai_embeddings``."""
     pre, post = pipeline.preprocess, pipeline.postprocess
     lines = [
         _header(pipeline, pipeline.summary, pipeline.doc),
@@ -183,8 +184,10 @@ def ensemble_config(
     lines.append(step(post.model, [*[t.name for t in core_outputs], *extras],
                       [t.name for t in pipeline.outputs], last=True))  # fmt: skip
     lines.append("  ]\n}\n")
-    if probe is not None:
-        lines.append(_parameters({"tritonrepo_probe": probe}))
+    parameters = {"tritonrepo_probe": probe} if probe is not None else {}
+    parameters |= pipeline.openai_parameter()
+    if parameters:
+        lines.append(_parameters(parameters))
     return "".join(lines)
 
 

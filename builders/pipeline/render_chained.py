@@ -64,6 +64,7 @@ def chained_config(pipeline: Pipeline, probe: str | None) -> str:
     parameters = {ONE_STEP_PARAMETER: pipeline.core.model, STAGES_PARAMETER: ",".join(steps)}
     if probe is not None:
         parameters[PROBE_PARAMETER] = probe
+    parameters |= pipeline.openai_parameter()
     instances = chained_instances(pipeline)
     return one_step_config(pipeline, CHAINED_DOC, instances, "KIND_GPU", Deployment(), parameters)
 

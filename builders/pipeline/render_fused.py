@@ -92,6 +92,7 @@ def fused_config(
     }
     if probe is not None:
         parameters[PROBE_PARAMETER] = probe
+    parameters |= pipeline.openai_parameter()
     instances = fused_instances(pipeline)
     return one_step_config(pipeline, FUSED_DOC, instances, "KIND_CPU", deployment, parameters)
 

@@ -38,6 +38,9 @@ from tritonrepo_client.model_repository.configs import (
 )
 
 PROBE_PARAMETER = "tritonrepo_probe"
+# A pipeline that answers OpenAI's POST /v1/embeddings through the HTTP guard
+# (deploy/guard/openai_embeddings.js): JSON {"input", "output", "tokens", "dimensions"}.
+OPENAI_EMBEDDINGS_PARAMETER = "tritonrepo_openai_embeddings"
 CALLS_PARAMETER = "tritonrepo_calls"
 # A Python-backend model that runs a pipeline's core itself (the one-step CPU model of a
 # described pipeline, tritonrepo.pipelines.fused_step) names the core's folder in this parameter.
@@ -131,6 +134,7 @@ __all__ = [
     "CALLS_PARAMETER",
     "ONE_STEP_PARAMETER",
     "PROBE_PARAMETER",
+    "OPENAI_EMBEDDINGS_PARAMETER",
     "STAGES_PARAMETER",
     "calls_of",
     "core_models",

@@ -414,3 +414,30 @@ def test_one_step_gpu_is_refused_where_it_cannot_run(tmp_path, pipeline, reason)
         next(p for p in caught.value.problems if reason in p)
     ]
     assert load(PIPELINES / "text_embedding" / "pipeline.toml").one_step_gpu
+
+
+def test_openai_embeddings_names_a_text_input_and_a_vector_output(tmp_path):
+    """``openai_embeddings``: text_embedding's loads (and its served configs carry it); a
+    declaration naming tensors of the wrong kind is refused, each with what it must name."""
+    import json
+
+    from tritonrepo.paths import PIPELINES
+    from tritonrepo_client.model_repository.roles import OPENAI_EMBEDDINGS_PARAMETER
+
+    shipped = load(PIPELINES / "text_embedding" / "pipeline.toml")
+    parameter = json.loads(shipped.openai_parameter()[OPENAI_EMBEDDINGS_PARAMETER])
+    assert parameter == {"input": "TEXT", "output": "EMBEDDING", "tokens": "TOKENS",
+                         "dimensions": 384}  # fmt: skip
+    text = (PIPELINES / "breast_cancer" / "pipeline.toml").read_text()
+    path = tmp_path / "pipeline.toml"
+    path.write_text(
+        'openai_embeddings = { input = "MEASUREMENTS", output = "DIAGNOSIS", tokens = "X" }\n'
+        + text
+    )
+    with pytest.raises(DescriptionError) as caught:
+        load(path)
+    problems = caught.value.problems
+    assert len(problems) == 3
+    find(problems, path, "openai_embeddings.input", "a BYTES [1] input (one text)")
+    find(problems, path, "openai_embeddings.output", "an FP32 [d] output (the embedding)")
+    find(problems, path, "openai_embeddings.tokens", "an INT32 or INT64 [1] output")

@@ -22,6 +22,7 @@ from tritonrepo.description.schema import (
     NAME_PATTERN,
     REF_PATTERN,
     DescriptionError,
+    OpenAiEmbeddings,
     Pipeline,
     Step,
 )
@@ -53,6 +54,7 @@ _TOP_KEYS = (
     "session",
     "probe",
     "one_step_gpu",
+    "openai_embeddings",
 )
 
 
@@ -125,6 +127,9 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
         core_state=core_state,
         one_step_gpu=r.get(data, "one_step_gpu", "", bool, False),
     )
+    if "openai_embeddings" in data:
+        spec = _openai(r, data["openai_embeddings"], pipeline)
+        pipeline = replace(pipeline, openai_embeddings=spec)
     if core_state is not None and session is not None:  # the graph serves under its name
         pipeline = replace(pipeline, core=replace(pipeline.core, model=session.model))
     if sequence is not None:
@@ -163,6 +168,40 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
     if r.problems:
         raise DescriptionError(source, r.problems)
     return pipeline
+
+
+def _openai(r: _Reader, raw: Any, pipeline: Pipeline) -> OpenAiEmbeddings | None:
+    """``[openai_embeddings]``: names the pipeline's text input, embedding output and token
+    count output, each checked against the description's tensors."""
+    where = "openai_embeddings"
+    if not isinstance(raw, dict):
+        r.problem(where, "must be a table: input = 'TEXT', output = 'EMBEDDING', tokens = ...")
+        return None
+    r.unknown(raw, ("input", "output", "tokens"), where)
+    spec = OpenAiEmbeddings(
+        input=r.get(raw, "input", where, str, ""),
+        output=r.get(raw, "output", where, str, ""),
+        tokens=r.get(raw, "tokens", where, str, None),
+    )
+    inputs = {t.name: t for t in pipeline.inputs}
+    outputs = {t.name: t for t in pipeline.outputs}
+    wanted = (
+        ("input", spec.input, inputs, ("BYTES",), "a BYTES [1] input (one text)"),
+        ("output", spec.output, outputs, ("FP32",), "an FP32 [d] output (the embedding)"),
+        ("tokens", spec.tokens, outputs, ("INT32", "INT64"), "an INT32 or INT64 [1] output"),
+    )
+    for key, name, tensors, dtypes, what in wanted:
+        if name is None:
+            continue
+        tensor = tensors.get(name)
+        shape_ok = tensor is not None and (
+            len(tensor.dims) == 1 and tensor.dims[0] > 0 if key == "output" else tensor.dims == (1,)
+        )
+        if tensor is None or tensor.dtype not in dtypes or not shape_ok:
+            r.problem(f"{where}.{key}", f"{name!r} must name {what} of the pipeline")
+    if pipeline.stateful or pipeline.max_batch_size < 1:
+        r.problem(where, "needs a stateless pipeline with max_batch_size >= 1 (texts are batched)")
+    return spec
 
 
 def one_step_gpu_refusal(pipeline: Pipeline) -> str | None:

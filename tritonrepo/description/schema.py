@@ -141,6 +141,31 @@ class Core:
 
 
 @dataclass(frozen=True)
+class OpenAiEmbeddings:
+    """``[openai_embeddings]``: the pipeline also answers OpenAI's ``POST /v1/embeddings`` on the
+    HTTP port, through the HTTP guard (``deploy/guard/openai_embeddings.js``).
+
+    Attributes:
+        input: the BYTES ``[1]`` input that takes one text.
+        output: the FP32 ``[d]`` output: the text's embedding.
+        tokens: an INT32/INT64 ``[1]`` output counting the text's tokens (OpenAI's ``usage``);
+            None: usage is reported as 0 tokens.
+    """
+
+    input: str
+    output: str
+    tokens: str | None = None
+
+    def parameter(self, dimensions: int) -> str:
+        """The served configs' ``tritonrepo_openai_embeddings`` parameter (compact JSON)."""
+        import json
+
+        fields = {"input": self.input, "output": self.output, "tokens": self.tokens,
+                  "dimensions": dimensions}  # fmt: skip
+        return json.dumps(fields, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
 class Pipeline:
     """A whole description (:func:`~tritonrepo.description.load`)."""
 
@@ -163,6 +188,17 @@ class Pipeline:
     # torch_gpu set: the pipeline as one Python model on the GPU, not an ensemble
     # (builders/pipeline/render_chained.py says when it can be, and why one would)
     one_step_gpu: bool = False
+    openai_embeddings: OpenAiEmbeddings | None = None  # [openai_embeddings]: /v1/embeddings
+
+    def openai_parameter(self) -> dict[str, str]:
+        """``{"tritonrepo_openai_embeddings": JSON}`` for the served configs, or ``{}``."""
+        from tritonrepo_client.model_repository.roles import OPENAI_EMBEDDINGS_PARAMETER
+
+        spec = self.openai_embeddings
+        if spec is None:
+            return {}
+        dims = next(t.dims for t in self.outputs if t.name == spec.output)
+        return {OPENAI_EMBEDDINGS_PARAMETER: spec.parameter(int(dims[-1]))}
 
     @property
     def stateful(self) -> bool:

@@ -25,6 +25,7 @@ from tritonrepo.server.queue_policy import CORE_CPU, CORE_GPU, QueuePolicy
 GUARD_DIR = REPO_ROOT / "deploy" / "guard"
 TEMPLATE = GUARD_DIR / "nginx.conf.template"
 SCRIPT = GUARD_DIR / "kserve_guard.js"
+OPENAI_SCRIPT = GUARD_DIR / "openai_embeddings.js"  # POST /v1/embeddings
 NJS_MODULE = Path("/usr/lib/nginx/modules/ngx_http_js_module.so")
 
 # Largest request body, bytes: Triton's own default input limit (--http-max-input-size, 64 MiB
@@ -137,11 +138,13 @@ class GuardPaths:
     access_log: str
     temp_dir: str
     njs_script: str
+    njs_openai: str
     njs_module: str = str(NJS_MODULE)
 
     @classmethod
     def run_dir(cls, run_dir: Path) -> GuardPaths:
-        """Everything inside ``run_dir``: nginx.pid, error.log, refusals.log, temp/, the script."""
+        """Everything inside ``run_dir``: nginx.pid, error.log, refusals.log, temp/, the
+        scripts."""
         run_dir = Path(run_dir).resolve()
         return cls(
             pid=str(run_dir / "nginx.pid"),
@@ -149,6 +152,7 @@ class GuardPaths:
             access_log=str(run_dir / "refusals.log"),
             temp_dir=str(run_dir / "temp"),
             njs_script=str(run_dir / SCRIPT.name),
+            njs_openai=str(run_dir / OPENAI_SCRIPT.name),
         )
 
 
@@ -179,6 +183,7 @@ def render(settings: GuardSettings, paths: GuardPaths) -> str:
         "ACCESS_LOG": paths.access_log,
         "TEMP": paths.temp_dir,
         "NJS_SCRIPT": paths.njs_script,
+        "NJS_OPENAI": paths.njs_openai,
         "MAX_DEPTH": str(settings.max_depth),
         "MAX_TENSOR_BYTES": str(settings.max_tensor_bytes),
         "MAX_JSON_BYTES": str(settings.max_json_bytes),
@@ -201,11 +206,13 @@ def render(settings: GuardSettings, paths: GuardPaths) -> str:
 
 
 def write_run_dir(settings: GuardSettings, run_dir: Path) -> Path:
-    """Render into ``run_dir`` (created): nginx.conf, the njs script, temp/. Returns the conf."""
+    """Render into ``run_dir`` (created): nginx.conf, the njs scripts, temp/. Returns the
+    conf."""
     run_dir = Path(run_dir)
     paths = GuardPaths.run_dir(run_dir)
     Path(paths.temp_dir).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(SCRIPT, paths.njs_script)
+    shutil.copyfile(OPENAI_SCRIPT, paths.njs_openai)
     conf = run_dir / "nginx.conf"
     conf.write_text(render(settings, paths))
     return conf
@@ -219,6 +226,7 @@ CONTAINER_PATHS = GuardPaths(
     access_log="/dev/stdout",
     temp_dir="/tmp",
     njs_script="/etc/nginx/guard/kserve_guard.js",
+    njs_openai="/etc/nginx/guard/openai_embeddings.js",
 )
 # docker/compose.yaml: Triton is the service `triton` (Docker's DNS at 127.0.0.11, re-resolved:
 # a restarted triton container may get another address). Kubernetes: a sidecar of the pod.
@@ -230,14 +238,17 @@ DEPLOY_TARGETS: dict[Path, GuardSettings] = {
         listen="8080", upstream="127.0.0.1:8000", workers="2"
     ),
 }
-# Copies of the script where the deployments read it (kustomize reads files below its folder).
-SCRIPT_COPIES = (REPO_ROOT / "deploy" / "kubernetes" / "base" / "guard" / SCRIPT.name,)
+# Copies of the scripts where the deployments read them (kustomize reads files below its folder).
+SCRIPT_COPIES = {
+    REPO_ROOT / "deploy" / "kubernetes" / "base" / "guard" / script.name: script
+    for script in (SCRIPT, OPENAI_SCRIPT)
+}
 
 
 def deploy_files() -> dict[Path, str]:
     """Every committed rendering and script copy, with the text it must have."""
     files = {path: render(settings, CONTAINER_PATHS) for path, settings in DEPLOY_TARGETS.items()}
-    files.update({path: SCRIPT.read_text() for path in SCRIPT_COPIES})
+    files.update({path: script.read_text() for path, script in SCRIPT_COPIES.items()})
     return files
 
 

@@ -17,7 +17,9 @@ from tritonrepo.text.tokenization import TextTokenizer, decode_texts
 
 
 class TokenizeStep(PythonStep):
-    """``TEXT`` BYTES ``[batch, 1]`` → ``input_ids``, ``attention_mask`` INT64 ``[batch, seq]``.
+    """``TEXT`` BYTES ``[batch, 1]`` → ``input_ids``, ``attention_mask`` INT64 ``[batch, seq]``
+    and ``token_count`` INT32 ``[batch, 1]`` (tokens the encoder reads per text, special tokens
+    included, after truncation to ``max_seq_length``: the usage a caller is billed for).
 
     All requests of one dynamic batch are tokenized together and padded to the longest item of
     that batch, so their outputs share one ``seq`` and the encoder's dynamic batcher (which only
@@ -69,7 +71,13 @@ class TokenizeStep(PythonStep):
         start = 0
         for texts in items:
             stop = start + len(texts)
-            results.append({"input_ids": ids[start:stop], "attention_mask": mask[start:stop]})
+            results.append(
+                {
+                    "input_ids": ids[start:stop],
+                    "attention_mask": mask[start:stop],
+                    "token_count": mask[start:stop].sum(axis=1, dtype=np.int32).reshape(-1, 1),
+                }
+            )
             start = stop
         return results
 
@@ -77,14 +85,15 @@ class TokenizeStep(PythonStep):
 class NormalizeStep(PythonStep):
     """``sentence_embedding`` FP32 ``[batch, hidden]`` (the encoder's masked mean) →
     ``EMBEDDING`` FP32 ``[batch, hidden]``, each row L2-normalised
-    (:func:`tritonrepo.text.pooling.l2_normalize`).
+    (:func:`tritonrepo.text.pooling.l2_normalize`); ``token_count`` INT32 ``[batch, 1]``, when
+    given (from :class:`TokenizeStep`), is passed through as ``TOKENS``.
 
     Raises (per request, as its error): InvalidRequest for an input that is not
     ``[batch, hidden]`` or holds a NaN or infinity (an encoder fault must not reach the caller
     as a vector of NaNs).
     """
 
-    def prepare(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    def prepare(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
         pooled = inputs[spec.ENCODER_OUTPUT]
         if pooled.ndim != 2:
             raise InvalidRequest(
@@ -92,9 +101,15 @@ class NormalizeStep(PythonStep):
             )
         if not np.isfinite(pooled).all():
             raise InvalidRequest(f"{spec.ENCODER_OUTPUT} holds NaN or infinite values")
-        return pooled
+        tokens = inputs.get("token_count")
+        return pooled, None if tokens is None else np.asarray(tokens, np.int32).reshape(-1, 1)
 
-    def run(self, items: list[np.ndarray]) -> list[Outputs | Exception]:
-        normalized = l2_normalize(np.concatenate(items))
-        sizes = np.cumsum([len(item) for item in items])[:-1]
-        return [{"EMBEDDING": part} for part in np.split(normalized, sizes)]
+    def run(
+        self, items: list[tuple[np.ndarray, np.ndarray | None]]
+    ) -> list[Outputs | Exception]:
+        normalized = l2_normalize(np.concatenate([pooled for pooled, _ in items]))
+        sizes = np.cumsum([len(pooled) for pooled, _ in items])[:-1]
+        return [
+            {"EMBEDDING": part} | ({} if tokens is None else {"TOKENS": tokens})
+            for part, (_, tokens) in zip(np.split(normalized, sizes), items, strict=True)
+        ]

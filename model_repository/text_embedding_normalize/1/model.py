@@ -1,4 +1,4 @@
-"""text_embedding step 3: sentence_embedding -> EMBEDDING."""
+"""text_embedding step 3: sentence_embedding, token_count -> EMBEDDING, TOKENS."""
 
 from tritonrepo.text.steps import NormalizeStep
 

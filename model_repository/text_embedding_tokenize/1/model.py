@@ -1,4 +1,4 @@
-"""text_embedding step 1: TEXT -> input_ids, attention_mask."""
+"""text_embedding step 1: TEXT -> input_ids, attention_mask, token_count."""
 
 from tritonrepo.text.steps import TokenizeStep
 

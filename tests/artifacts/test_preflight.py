@@ -70,9 +70,11 @@ def test_cli_reports_missing_plans_for_the_gpu_set_and_exits_1(repo):
         in out.stdout
     )
     # the default models' plans: encoder, ctr_model, ctr_session, image_classifier and the
-    # generated nudenet_detector's core (breast_cancer's and digit_stream's run ONNX Runtime)
+    # generated nudenet_detector's and digit_scans' cores (breast_cancer's and digit_stream's
+    # run ONNX Runtime)
     assert "error   nudenet_detector_model: 1/model.plan is missing" in out.stdout
-    assert "preflight: 5 errors" in out.stdout
+    assert "error   digit_scans_model: 1/model.plan is missing" in out.stdout
+    assert "preflight: 6 errors" in out.stdout
 
 
 def test_plan_for_another_gpu_or_too_small_a_profile_is_refused(repo, monkeypatch):

@@ -152,6 +152,7 @@ def docs_server(docs_workdir: Path) -> Iterator[TritonServer]:
         log_file=BUILD_DIR / "test-logs" / "docs-blocks.log",
         repository_key=secrets.token_urlsafe(16),
         heal_interval_s=10.0,
+        http_guard=True,  # as make serve runs it
         heal_metrics_port=8003,
         startup_timeout_s=600.0,
     )

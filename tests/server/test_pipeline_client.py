@@ -139,7 +139,8 @@ def test_pipeline_clients_agree_with_the_embedding_client_and_the_reference(
     with EmbeddingClient(url, protocol) as embedding:
         expected = embedding.embed(TEXTS)
     answer = sync["infer"]
-    assert list(answer) == ["EMBEDDING"] and answer["EMBEDDING"].dtype == np.float32
+    assert list(answer) == ["EMBEDDING", "TOKENS"] and answer["EMBEDDING"].dtype == np.float32
+    assert answer["TOKENS"].dtype == np.int32 and answer["TOKENS"].shape == (len(TEXTS), 1)
     assert answer["EMBEDDING"].shape == (len(TEXTS), 384)
     np.testing.assert_allclose(answer["EMBEDDING"], expected, atol=1e-5)
     reference = reference_embed(TEXTS)
@@ -205,7 +206,8 @@ def test_infer_prints_one_json_object(triton_server, reference_embed, protocol):
     lines = out.stdout.splitlines()
     assert len(lines) == 1, out.stdout
     answer = json.loads(lines[0])
-    assert list(answer) == ["EMBEDDING"]
+    assert list(answer) == ["EMBEDDING", "TOKENS"]
+    assert all(len(row) == 1 and row[0] > 2 for row in answer["TOKENS"])  # [CLS] text [SEP]
     got = np.array(answer["EMBEDDING"], dtype=np.float32)
     cosines = np.sum(got * reference_embed(texts), axis=1)
     assert got.shape == (2, 384) and cosines.min() >= 0.9999, cosines

@@ -42,6 +42,8 @@ NON_STEP_KEYS: Mapping[str, str] = {
     "tritonrepo.previous_version": "tritonrepo_client rollout: the version a rollout replaced",
     "tritonrepo_calls": "the launcher and tritonrepo_client: models this one calls through BLS",
     "tritonrepo_stages": "the preflight and make gpu-pack: models a one-step model runs in itself",
+    "tritonrepo_openai_embeddings": "the HTTP guard's /v1/embeddings: the text input, the "
+    "embedding and token-count outputs",
 }
 
 

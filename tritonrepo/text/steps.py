@@ -104,9 +104,7 @@ class NormalizeStep(PythonStep):
         tokens = inputs.get("token_count")
         return pooled, None if tokens is None else np.asarray(tokens, np.int32).reshape(-1, 1)
 
-    def run(
-        self, items: list[tuple[np.ndarray, np.ndarray | None]]
-    ) -> list[Outputs | Exception]:
+    def run(self, items: list[tuple[np.ndarray, np.ndarray | None]]) -> list[Outputs | Exception]:
         normalized = l2_normalize(np.concatenate([pooled for pooled, _ in items]))
         sizes = np.cumsum([len(pooled) for pooled, _ in items])[:-1]
         return [

@@ -154,6 +154,7 @@ def test_pipeline_clients_agree_with_the_embedding_client_and_the_reference(
         "model 'text_embedding' (max_batch_size 64)",
         "  input TEXT BYTES [batch, 1]",
         "  output EMBEDDING FP32 [batch, 384]",
+        "  output TOKENS INT32 [batch, 1]",
     ]
     assert isinstance(sync["infer version 7"], VersionNotLoaded)
     assert str(sync["infer version 7"]) == (

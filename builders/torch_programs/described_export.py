@@ -142,7 +142,12 @@ def export_described(
     names = list(saved["examples"])
     reference = _named_forward(names)(saved["module"], torch.float32).to(device).eval()
     model = _named_forward(names)(copy.deepcopy(saved["module"]).to(device, dtype), dtype).eval()
-    examples = tuple(saved["examples"][n].to(device) for n in names)
+    # torch.export specializes a batch of 1 to the constant 1 ("Constraints violated (batch)"):
+    # an example of one row is traced as two copies of it.
+    examples = tuple(
+        (x if len(x) > 1 else torch.cat([x, x])).to(device)
+        for x in (saved["examples"][n] for n in names)
+    )
     dim = torch.export.Dim("batch", min=1, max=batch)
     with torch.no_grad():
         program = torch.export.export(model, examples, dynamic_shapes={n: {0: dim} for n in names})

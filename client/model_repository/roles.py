@@ -133,8 +133,8 @@ def one_step_models(repository: Path, config_set: str | None) -> tuple[str, ...]
 __all__ = [
     "CALLS_PARAMETER",
     "ONE_STEP_PARAMETER",
-    "PROBE_PARAMETER",
     "OPENAI_EMBEDDINGS_PARAMETER",
+    "PROBE_PARAMETER",
     "STAGES_PARAMETER",
     "calls_of",
     "core_models",

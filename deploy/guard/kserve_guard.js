@@ -3,6 +3,8 @@
 // nginx.conf.template routes here:
 //   infer(r)     POST /v2/models/<m>[/versions/<v>]/infer, .../generate, .../generate_stream
 //   jsonBody(r)  every other POST (repository, trace, logging, shared-memory APIs)
+//   keyed(r)     (js_set $guard_keyed) "1" when the request carries the repository key: a
+//                repository load request that does may be large (a rollout's upload mode)
 // Each handler either refuses the request (400 and {"error": "..."}, the way Triton's HTTP
 // frontend phrases its errors) or hands it to the location @triton, body unchanged, or, for an
 // infer request whose queue timeout the guard lowers (see queueTimeout), to @triton_deadline with
@@ -18,6 +20,8 @@
 //                            than the guard's own wait for Triton's answer)
 // and, set here for @triton_deadline: $guard_body (the rewritten body), $guard_header_length
 // (its Inference-Header-Content-Length, empty for a JSON body).
+
+import fs from 'fs';
 
 // Bytes per element (KServe v2 datatypes, Triton's TRITONSERVER_DataTypeByteSize); BYTES
 // elements have no fixed size (4-byte length prefix + the bytes in binary form).
@@ -524,4 +528,38 @@ function jsonBody(r) {
     return pass(r);
 }
 
-export default { infer, jsonBody };
+// The repository key the server was started with: $TRITONREPO_REPOSITORY_KEY, or the first
+// line of the file $TRITONREPO_REPOSITORY_KEY_FILE names (nginx passes both on through its
+// `env` directives); '' when neither gives one.
+function repositoryKey() {
+    const env = process.env;
+    if (env.TRITONREPO_REPOSITORY_KEY) {
+        return env.TRITONREPO_REPOSITORY_KEY.trim();
+    }
+    if (env.TRITONREPO_REPOSITORY_KEY_FILE) {
+        try {
+            return fs.readFileSync(env.TRITONREPO_REPOSITORY_KEY_FILE, 'utf8').split('\n')[0].trim();
+        } catch (e) {
+            return '';
+        }
+    }
+    return '';
+}
+
+// "1" when the x-model-repository-key header equals the server's key (compared in time that
+// does not depend on where they differ), else "0". Evaluated before the body is read, so a
+// large body is only read for a key holder.
+function keyed(r) {
+    const key = repositoryKey();
+    const given = r.headersIn['x-model-repository-key'] || '';
+    if (!key || given.length !== key.length) {
+        return '0';
+    }
+    let diff = 0;
+    for (let i = 0; i < key.length; i++) {
+        diff |= key.charCodeAt(i) ^ given.charCodeAt(i);
+    }
+    return diff === 0 ? '1' : '0';
+}
+
+export default { infer, jsonBody, keyed };

@@ -243,6 +243,30 @@ def test_body_larger_than_the_cap_is_413(server) -> None:
     assert small.process is None
 
 
+def test_key_holders_load_requests_may_be_large(server) -> None:
+    """A repository load request with the server's key may exceed max_body_bytes (a rollout's
+    upload mode) up to max_upload_bytes, and reaches Triton (whose own answer comes back); one
+    without the key, or with a wrong key, keeps max_body_bytes."""
+    key = server.options.repository_key
+    with HttpGuard("127.0.0.1", free_port(), server.options.http_port, RUN_DIR / "upload",
+                   max_body_bytes=4096, repository_key=key,
+                   max_upload_bytes=1 << 20) as small:  # fmt: skip
+        path = "/v2/repository/models/no_such_model/load"
+        body = b'{"parameters": {}' + b" " * 65536 + b"}"  # JSON whitespace
+        status, answer = post(small.listen_port, path, body, server.options.repository_headers)
+        assert "no_such_model" in answer["error"], answer  # Triton's answer, past the guard
+        for headers in (
+            {},
+            {"x-model-repository-key": key[:-1] + ("a" if key[-1] != "a" else "b")},
+        ):
+            status, answer = post(small.listen_port, path, body, headers)
+            assert status == 413 and "4096" in answer["error"], answer
+        huge = b'{"parameters": {}' + b" " * (2 << 20) + b"}"
+        status, answer = post(small.listen_port, path, huge, server.options.repository_headers)
+        assert status == 413 and "repository load request larger than 1048576" in answer["error"]
+    assert_alive(server)
+
+
 def test_json_larger_than_the_parse_cap_is_413(server) -> None:
     """max_json_bytes caps what njs parses: a larger JSON body gets 413 naming binary data,
     while the same tensor sent as binary data (only its small JSON header is parsed) is served."""

@@ -31,12 +31,14 @@ from tritonrepo.server.embedded_server import LaunchError
 from tritonrepo.server.http_guard_config import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_JSON_BYTES,
+    DEFAULT_MAX_UPLOAD_BYTES,
     NJS_MODULE,
     GuardSettings,
     listen_address,
     write_run_dir,
 )
 from tritonrepo.server.nginx_process import INSTALL_HINT, NginxProcess, nginx_binary
+from tritonrepo.server.repository_key import ENV_KEY
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "HttpGuard", "guard_available", "nginx_binary"]
 
@@ -76,6 +78,10 @@ class HttpGuard(NginxProcess):
         workers: nginx worker processes (None = :func:`default_workers`, half the cores).
         max_json_bytes: largest JSON text the guard parses (a JSON body, or the JSON header of
             a binary request), bytes (larger: 413); default 16 MiB.
+        repository_key: the key Triton's admin APIs are locked with (None: unrestricted); a
+            repository load request carrying it may be up to ``max_upload_bytes``.
+        max_upload_bytes: largest repository load request carrying the key (a rollout's
+            upload mode), bytes (larger: 413); default 2 GiB.
     """
 
     NAME = "HTTP guard"
@@ -89,19 +95,30 @@ class HttpGuard(NginxProcess):
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         workers: int | None = None,
         max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
+        repository_key: str | None = None,
+        max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
     ) -> None:
         super().__init__(listen_host, listen_port, upstream_port, run_dir)
+        self.repository_key = repository_key
         self.settings = GuardSettings(
             listen=listen_address(listen_host, self.listen_port),
             upstream=listen_address("127.0.0.1", self.upstream_port),
             max_body_bytes=max_body_bytes,
             max_json_bytes=max_json_bytes,
+            max_upload_bytes=max_upload_bytes,
             workers=str(workers or default_workers()),
         )
 
     def missing(self) -> str | None:
         """:func:`guard_available`: nginx and its njs module."""
         return guard_available()
+
+    def environment(self) -> dict[str, str] | None:
+        """The launcher's environment with ``TRITONREPO_REPOSITORY_KEY`` set to the server's
+        key (kserve_guard.js reads it; nginx passes only the variables its config names)."""
+        if not self.repository_key:
+            return None
+        return {**os.environ, ENV_KEY: self.repository_key}
 
     def write_config(self) -> Path:
         """Render nginx.conf and copy the njs script into ``run_dir``."""

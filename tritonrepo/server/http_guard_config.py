@@ -45,6 +45,11 @@ DEFAULT_MAX_TENSOR_BYTES = 1 << 30
 # loop while it does (about 0.1 s per MB here), so large tensors must come as binary data.
 # 64 JSON texts of 64 KiB each (the tokenizer's limit per text) fit in 4 MiB.
 DEFAULT_MAX_JSON_BYTES = 16 << 20
+# Largest repository load request that carries the repository key header, bytes: a rollout's
+# upload mode sends a model's files as base64 in JSON (4/3 of their size), so 2 GiB admits a
+# model of 1.5 GiB. Such a body goes to a temporary file, not memory, and reaches Triton
+# without the JSON checks (Triton checks the key before it reads the body).
+DEFAULT_MAX_UPLOAD_BYTES = 2 << 30
 
 
 def longest_queue_timeout_s(policies: tuple[QueuePolicy, ...] = (CORE_CPU, CORE_GPU)) -> int:
@@ -74,6 +79,7 @@ POSITIVE_SETTINGS = (
     "max_depth",
     "max_tensor_bytes",
     "max_json_bytes",
+    "max_upload_bytes",
     "max_request_timeout_s",
     "upstream_timeout_s",
     "probe_timeout_ms",
@@ -92,6 +98,8 @@ class GuardSettings:
         max_tensor_bytes: largest input tensor, elements x datatype size, bytes (larger: 400).
         max_json_bytes: largest JSON text parsed (a JSON body or the JSON header of a binary
             request), bytes (larger: 413).
+        max_upload_bytes: largest body of a repository load request carrying the repository
+            key header (a rollout's upload mode), bytes (larger: 413).
         workers: nginx ``worker_processes`` (``auto`` = one per core).
         max_request_timeout_s: longest queue timeout an inference request is sent on with,
             seconds: the guard lowers a request's ``timeout`` parameter to it (and to a
@@ -110,6 +118,7 @@ class GuardSettings:
     max_depth: int = DEFAULT_MAX_DEPTH
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES
     max_json_bytes: int = DEFAULT_MAX_JSON_BYTES
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     workers: str = "auto"
     max_request_timeout_s: int = DEFAULT_MAX_REQUEST_TIMEOUT_S
     upstream_timeout_s: int = DEFAULT_UPSTREAM_TIMEOUT_S
@@ -188,6 +197,7 @@ def render(settings: GuardSettings, paths: GuardPaths) -> str:
         "MAX_TENSOR_BYTES": str(settings.max_tensor_bytes),
         "MAX_JSON_BYTES": str(settings.max_json_bytes),
         "MAX_BODY": str(settings.max_body_bytes),
+        "MAX_UPLOAD": str(settings.max_upload_bytes),
         "UPSTREAM": upstream,
         "PROBE_UPSTREAM": probe,
         "UPSTREAM_TIMEOUT": str(settings.upstream_timeout_s),

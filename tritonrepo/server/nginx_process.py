@@ -109,6 +109,10 @@ class NginxProcess:
         """Whether nginx serves on ``url`` now (one try, about a second at most)."""
         raise NotImplementedError
 
+    def environment(self) -> dict[str, str] | None:
+        """nginx's environment (None: the launcher's own)."""
+        return None
+
     def command(self, conf: Path) -> list[str]:
         """The nginx command line (foreground, config and error log in the run directory).
 
@@ -143,6 +147,7 @@ class NginxProcess:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env=self.environment(),
             start_new_session=True,  # a terminal's Ctrl-C reaches the launcher, which stops it
             preexec_fn=terminate_with_parent,
         )

@@ -23,7 +23,17 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import ctr, image, inputs, machine, report, targets, text_embedding, triton_side
+from benchmarks import (
+    ctr,
+    feature_cost,
+    image,
+    inputs,
+    machine,
+    report,
+    targets,
+    text_embedding,
+    triton_side,
+)
 from benchmarks.guard import guard_cost
 from benchmarks.guard import steps as guard_steps
 from benchmarks.results import Run
@@ -159,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                     run.save(out / "results.json")
                 if files:
                     run.systems += image.triton(server, files, pipeline, settings)
+                run.settings["feature_costs"] = feature_cost.feature_costs(server)
         except (RuntimeError, OSError) as exc:
             failed = exc
     # What was measured is written even when a later system failed.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from benchmarks import machine
+from benchmarks import feature_cost, machine
 from benchmarks.results import IN_PROCESS, Run, System
 from benchmarks.targets import Target
 
@@ -217,6 +217,7 @@ def write(run: Run, targets: list[Target], out_dir: Path) -> Path:
             ]
         lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
         details += [f"### {workload}", "", *detail_table(systems), ""]
+    lines += feature_cost.report_lines(list(run.settings.get("feature_costs", [])))  # type: ignore[call-overload]
     lines += ["## Every level", "", *details]
     path = out_dir / "report.md"
     path.write_text("\n".join(lines) + "\n")

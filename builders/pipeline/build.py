@@ -21,7 +21,9 @@ a ``build`` function:
 4. a core whose ``build`` returns a torch module and that has ``[model.torch_gpu]`` is also
    saved as ``module.pt`` beside ``model.onnx``, with the parity feeds: ``make artifacts-gpu``
    exports its program from it (:mod:`builders.torch_programs.described_export`);
-5. ``build_metadata.json`` records the pipeline, the digest of its sources (description and
+5. a description with ``[drift]`` gets its reference profile
+   (:mod:`builders.pipeline.drift_profile`);
+6. ``build_metadata.json`` records the pipeline, the digest of its sources (description and
    code), the parity figures and the common fields (``builders.metadata``).
 
 A model whose recorded source digest equals the current one is left as it is (so
@@ -51,7 +53,7 @@ import numpy as np
 
 from builders.metadata import BUILD_METADATA_FILE, write_metadata
 from builders.onnx_export.quantization import quantize_qdq
-from builders.pipeline import module_build
+from builders.pipeline import drift_profile, module_build
 from builders.pipeline.graph import ModelSourceError, obtain_model
 from builders.pipeline.in_process import InProcess, Replay
 from builders.torch_programs import described_export
@@ -336,12 +338,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     for pipeline in pipelines:
         try:
             record = build(pipeline, args.repository)
+            drift = drift_profile.write(pipeline, args.repository)
         except (
             DescriptionError, ModelSourceError, ParityError, subprocess.CalledProcessError,
+            drift_profile.DriftProfileError,
         ) as exc:  # fmt: skip
             print(f"error: {pipeline.name}: {exc}", file=sys.stderr)
             failed += 1
             continue
+        if drift is not None and drift["changed"]:
+            print(f"{pipeline.name}: drift profile of {drift['features']} features written "
+                  f"to {drift['path']}")  # fmt: skip
         if record is None:
             print(f"{pipeline.name}: up to date")
         elif "models" not in record and pipeline.core.builder is not None:

@@ -202,6 +202,8 @@ def step_config(
         parameters = {"function": step.function, "code_root": CODE_ROOT, **parameters}
     if step.calls:
         parameters[CALLS_PARAMETER] = ",".join(step.calls)
+    if step is getattr(pipeline, "preprocess", None):  # it receives the pipeline's requests
+        parameters |= pipeline.drift_parameter()
     max_batch_size = deployment.max_batch_size or pipeline.max_batch_size
     return "".join(
         [

@@ -65,6 +65,7 @@ def chained_config(pipeline: Pipeline, probe: str | None) -> str:
     if probe is not None:
         parameters[PROBE_PARAMETER] = probe
     parameters |= pipeline.openai_parameter()
+    parameters |= pipeline.drift_parameter()
     instances = chained_instances(pipeline)
     return one_step_config(pipeline, CHAINED_DOC, instances, "KIND_GPU", Deployment(), parameters)
 

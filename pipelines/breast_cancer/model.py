@@ -45,3 +45,9 @@ def build() -> onnx.ModelProto:
     n_features = clf[0].n_features_in_
     types = [("features", FloatTensorType([None, n_features]))]
     return to_onnx(clf, initial_types=types, options={LogisticRegression: {"zipmap": False}})
+
+
+def training_requests() -> list[dict[str, np.ndarray]]:
+    """The drift reference: the training split as one request, ``MEASUREMENTS`` FP32
+    ``[426, 30]``."""
+    return [{"MEASUREMENTS": split()[0]}]

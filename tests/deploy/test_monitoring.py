@@ -29,14 +29,10 @@ import contextlib
 import functools
 import json
 import os
-import shutil
 import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -48,6 +44,14 @@ import pytest
 import yaml
 
 from tests.conftest import require_artifacts, server_options
+from tests.deploy.prometheus_run import (
+    ALERTS,
+    PROMETHEUS_CONFIG,
+    RULES_DIR,
+    Prometheus,
+    running_prometheus,
+    tool,
+)
 from tests.server.test_faults import wait_for
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.server.launcher import TritonServer, free_port
@@ -57,10 +61,7 @@ from tritonrepo_client import RepositoryClient, SessionClient, TritonConnection
 pytestmark = pytest.mark.server
 
 ROOT = Path(__file__).resolve().parents[2]
-RULES_DIR = ROOT / "deploy" / "prometheus"
-ALERTS = RULES_DIR / "alerts.yml"
 ALERT_TESTS = RULES_DIR / "alerts.test.yml"
-PROMETHEUS_CONFIG = RULES_DIR / "prometheus.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "tritonrepo-dashboard.json"
 
 TRITON_JOB = "tritonrepo-triton"  # the shipped prometheus.yml's job names, which the rules use
@@ -82,9 +83,13 @@ EMPTY_ON_THIS_SERVER = {
 # panel has data (zeros) before any restart.
 RESTARTS_PANEL = "Step restarts by the supervisor"
 # (alertname, model label) of the alerts that fire with a quarter of bad requests, and only those.
+# TritonrepoFeatureDrift (no model label: its labels are pipeline and feature) fires too, and
+# rightly: the traffic's texts ("request N", 4 tokens) are shorter than every text of
+# text_embedding's reference profile (8 tokens and more).
 FIRING_DURING_BAD_TRAFFIC = {
     ("TritonrepoErrorRatioHigh", spec.ENSEMBLE),
     ("TritonrepoStepClientErrorsHigh", spec.TOKENIZE_MODEL),
+    ("TritonrepoFeatureDrift", ""),
 }
 # Panels the issue asks for (titles in the dashboard JSON).
 REQUIRED_PANELS = {
@@ -105,17 +110,6 @@ REQUIRED_PANELS = {
 
 
 # --- files: promtool and the dashboard ----------------------------------------------------------
-def tool(name: str) -> str:
-    """Path of ``prometheus`` / ``promtool``; fails (not skips) when missing."""
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(
-            f"{name} is missing: `make test` installs Debian's prometheus package "
-            f"(as root: apt-get install prometheus)"
-        )
-    return path
-
-
 def promtool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(
         [tool("promtool"), *args], capture_output=True, text=True, timeout=60, cwd=cwd
@@ -201,49 +195,6 @@ def test_dashboard_is_importable_and_every_query_parses(tmp_path):
 
 
 # --- a real server, its supervisor, traffic and a real Prometheus -------------------------------
-@dataclass
-class Prometheus:
-    """A ``prometheus`` process of the test's own and its HTTP API."""
-
-    url: str
-    process: subprocess.Popen
-    log_file: Path
-
-    def api(self, path: str, **params: str) -> Any:
-        """``data`` of ``GET /api/v1/<path>``; an error names Prometheus' reason."""
-        query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        try:
-            with urllib.request.urlopen(
-                f"{self.url}/api/v1/{path}{query}", timeout=REQUEST_DEADLINE_S
-            ) as response:
-                body = json.load(response)
-        except urllib.error.HTTPError as exc:
-            raise AssertionError(f"{path} {params}: {exc.read().decode()}") from None
-        assert body["status"] == "success", body
-        return body["data"]
-
-    def query(self, expr: str) -> list[dict]:
-        """The instant vector of ``expr`` now (``[]`` when empty)."""
-        return self.api("query", query=expr)["result"]
-
-    def firing(self) -> set[tuple[str, str]]:
-        """(alertname, model label) of the alerts firing now (pending ones left out)."""
-        return {
-            (a["labels"]["alertname"], a["labels"].get("model", ""))
-            for a in self.api("alerts")["alerts"]
-            if a["state"] == "firing"
-        }
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[TritonServer]:
     """text_embedding and ctr_session (+ the ctr_model it calls), supervised every second, the
@@ -261,64 +212,18 @@ def server() -> Iterator[TritonServer]:
         yield server
 
 
-def _terminate_with_parent() -> None:
-    """In the child: SIGTERM it when the test process dies (Linux PR_SET_PDEATHSIG)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-
-
 @pytest.fixture(scope="module")
 def prometheus(server: TritonServer, tmp_path_factory) -> Iterator[Prometheus]:
     """``prometheus`` on a free port with temporary storage, scraping ``server`` and its
     supervisor every second with the shipped config and rules (``for:`` shortened)."""
-    directory = tmp_path_factory.mktemp("prometheus")
-    alerts = yaml.safe_load(ALERTS.read_text())
-    for group in alerts["groups"]:
-        for rule in group["rules"]:
-            if "for" in rule:
-                rule["for"] = FOR_IN_TEST
-    (directory / "alerts.yml").write_text(yaml.safe_dump(alerts, sort_keys=False))
-    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
-    config["global"].update(scrape_interval="1s", evaluation_interval="1s", scrape_timeout="1s")
-    config["rule_files"] = ["alerts.yml"]
+
+    def shorten(rule: dict) -> None:
+        if "for" in rule:
+            rule["for"] = FOR_IN_TEST
+
     ports = {TRITON_JOB: server.options.metrics_port, HEAL_JOB: server.options.heal_metrics_port}
-    assert {job["job_name"] for job in config["scrape_configs"]} == set(ports)
-    for job in config["scrape_configs"]:
-        job["static_configs"] = [{"targets": [f"127.0.0.1:{ports[job['job_name']]}"]}]
-    (directory / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    port = free_port()
-    log_file = directory / "prometheus.log"
-    with open(log_file, "wb") as log:
-        process = subprocess.Popen(
-            [
-                tool("prometheus"),
-                f"--config.file={directory / 'prometheus.yml'}",
-                f"--storage.tsdb.path={directory / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=_terminate_with_parent,
-        )
-    prom = Prometheus(f"http://127.0.0.1:{port}", process, log_file)
-
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"prometheus exited: {log_file.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{prom.url}/-/ready", timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    try:
-        wait_for("prometheus ready", ready, 30.0)
+    with running_prometheus(tmp_path_factory.mktemp("prometheus"), ports, shorten) as prom:
         yield prom
-    finally:
-        prom.stop()
 
 
 @dataclass

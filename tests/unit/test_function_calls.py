@@ -16,14 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tritonrepo.pipelines.function_calls import (
-    FunctionImportError,
     OutputCheckError,
     OutputSpec,
     call_batch,
-    load_function,
     output_specs,
 )
 from tritonrepo.step.errors import InvalidRequest, OverLimit
+from tritonrepo.step.function_refs import FunctionImportError, load_function
 from tritonrepo.step.metrics import error_kind
 
 REF = "tests.fake:double"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonrepo.description.core_state import parse_core_state
+from tritonrepo.description.drift import parse_drift
 from tritonrepo.description.graph import is_graph, parse_graph
 from tritonrepo.description.model_tables import _core, _step
 from tritonrepo.description.reader import _deployments, _probe, _Reader, _tensors
@@ -55,6 +56,7 @@ _TOP_KEYS = (
     "probe",
     "one_step_gpu",
     "openai_embeddings",
+    "drift",
 )
 
 
@@ -130,6 +132,9 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
     if "openai_embeddings" in data:
         spec = _openai(r, data["openai_embeddings"], pipeline)
         pipeline = replace(pipeline, openai_embeddings=spec)
+    if "drift" in data:
+        spec = parse_drift(r, data["drift"], pipeline.samples, pipeline.stateful)
+        pipeline = replace(pipeline, drift=spec)
     if core_state is not None and session is not None:  # the graph serves under its name
         pipeline = replace(pipeline, core=replace(pipeline.core, model=session.model))
     if sequence is not None:
@@ -174,10 +179,10 @@ def _openai(r: _Reader, raw: Any, pipeline: Pipeline) -> OpenAiEmbeddings | None
     """``[openai_embeddings]``: names the pipeline's text input, embedding output and token
     count output, each checked against the description's tensors."""
     where = "openai_embeddings"
-    if not isinstance(raw, dict):
-        r.problem(where, "must be a table: input = 'TEXT', output = 'EMBEDDING', tokens = ...")
+    raw = r.table(raw, where, ("input", "output", "tokens"),
+                  "input = 'TEXT', output = 'EMBEDDING', tokens = ...")  # fmt: skip
+    if raw is None:
         return None
-    r.unknown(raw, ("input", "output", "tokens"), where)
     spec = OpenAiEmbeddings(
         input=r.get(raw, "input", where, str, ""),
         output=r.get(raw, "output", where, str, ""),

@@ -34,6 +34,17 @@ class _Reader:
             return default
         return value
 
+    def table(
+        self, raw: Any, where: str, known: Sequence[str], example: str
+    ) -> Mapping[str, Any] | None:
+        """``raw`` when it is a table (its unknown keys reported), else None with the problem
+        "must be a table: ``example``"."""
+        if not isinstance(raw, dict):
+            self.problem(where, f"must be a table: {example}")
+            return None
+        self.unknown(raw, known, where)
+        return raw
+
     def unknown(self, table: Mapping[str, Any], known: Sequence[str], where: str) -> None:
         known = list(dict.fromkeys(known))
         for key in table:

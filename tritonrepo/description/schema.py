@@ -25,12 +25,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tritonrepo.description.core_state import CoreState
 from tritonrepo.description.stateful import SequenceSpec, SessionSpec
 from tritonrepo_client.model_repository.config_sets import CONFIG_SETS as CONFIG_SET_TABLE
 from tritonrepo_client.model_repository.dtypes import DATA_TYPES
+
+if TYPE_CHECKING:
+    from tritonrepo.description.drift import DriftSpec
 
 DESCRIPTION_FILE = "pipeline.toml"
 DEFAULT_MAX_BATCH_SIZE = 32
@@ -189,6 +192,11 @@ class Pipeline:
     # (builders/pipeline/render_chained.py says when it can be, and why one would)
     one_step_gpu: bool = False
     openai_embeddings: OpenAiEmbeddings | None = None  # [openai_embeddings]: /v1/embeddings
+    drift: DriftSpec | None = None  # [drift]: input features counted (tritonrepo.step.drift)
+
+    def drift_parameter(self) -> dict[str, str]:
+        """``{"tritonrepo_drift": JSON}`` for the model that receives the requests, or ``{}``."""
+        return self.drift.parameter(self.name) if self.drift is not None else {}
 
     def openai_parameter(self) -> dict[str, str]:
         """``{"tritonrepo_openai_embeddings": JSON}`` for the served configs, or ``{}``."""

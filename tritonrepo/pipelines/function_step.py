@@ -24,10 +24,10 @@ import numpy as np
 from tritonrepo.pipelines.function_calls import (
     OutputSpec,
     call_batch,
-    load_function,
     output_specs,
 )
 from tritonrepo.pipelines.step_calls import ModelCallError, Models, Tensors, parse_models
+from tritonrepo.step.function_refs import load_function
 from tritonrepo.step.parameters import REQUIRED, Parameter
 from tritonrepo.step.python_step import Outputs, PythonStep
 

@@ -38,10 +38,10 @@ import numpy as np
 from tritonrepo.pipelines.function_calls import (
     OutputSpec,
     call_batch,
-    load_function,
     output_specs,
 )
 from tritonrepo.runners.onnx_runner import RUNNER_PARAMETERS, OnnxRunner, runner_from_settings
+from tritonrepo.step.function_refs import load_function
 from tritonrepo.step.parameters import REQUIRED, Parameter
 from tritonrepo.step.python_step import Outputs, PythonStep
 

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from tritonrepo.pipelines.function_calls import load_function, output_specs
+from tritonrepo.pipelines.function_calls import output_specs
 from tritonrepo.pipelines.session_calls import Event, SessionEvents, Tensors
+from tritonrepo.step.function_refs import load_function
 from tritonrepo.step.parameters import REQUIRED, Parameter
 from tritonrepo.step.python_step import Outputs, PythonStep
 from tritonrepo.step.sessions import SessionStore, read_controls

@@ -44,6 +44,8 @@ NON_STEP_KEYS: Mapping[str, str] = {
     "tritonrepo_stages": "the preflight and make gpu-pack: models a one-step model runs in itself",
     "tritonrepo_openai_embeddings": "the HTTP guard's /v1/embeddings: the text input, the "
     "embedding and token-count outputs",
+    "tritonrepo_drift": "PythonStep's input-feature counters (tritonrepo.step.drift): the "
+    "pipeline and its features function",
 }
 
 

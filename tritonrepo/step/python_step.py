@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tritonrepo.step.drift import FeatureMonitor, monitor_for
 from tritonrepo.step.error_log import ErrorLog
 from tritonrepo.step.errors import InvalidRequest
 from tritonrepo.step.metrics import StepErrorCounters, error_kind
@@ -96,6 +97,26 @@ class PythonStep:
             for out in self.model_config["output"]
         }
         self.setup()
+        if counted:
+            self.feature_monitor = self._feature_monitor(args)
+
+    def _feature_monitor(self, args: dict[str, str]) -> FeatureMonitor | None:
+        """The drift counters of a model that receives a pipeline's requests
+        (:mod:`tritonrepo.step.drift`); None without ``tritonrepo_drift``, or, with a warning in
+        the server log, when the profile file has not been built.
+
+        Raises:
+            ValueError, FunctionImportError: the parameter or its features function is wrong
+                (the load fails with the message).
+        """
+        try:
+            return monitor_for(self.pb_utils, self.parameters, self.model_config, args)
+        except OSError as exc:
+            self.pb_utils.Logger.log_warn(
+                f"{self.model_name}: input features are not counted: {exc}; `make artifacts` "
+                "writes the pipeline's drift profile"
+            )
+            return None
 
     # --- to implement -------------------------------------------------------------------------
     def setup(self) -> None:
@@ -185,11 +206,13 @@ class PythonStep:
     def execute(self, requests: list[Any]) -> list[Any]:
         """Answer every request; never raises."""
         responses: list[Any] = [None] * len(requests)
-        positions, items = [], []
+        positions, items, received = [], [], []
         for i, request in enumerate(requests):
             try:
-                items.append(self.prepare(self.read_inputs(request)))
+                inputs = self.read_inputs(request)
+                items.append(self.prepare(inputs))
                 positions.append(i)
+                received.append(inputs)
             except InvalidRequest as exc:
                 responses[i] = self._error(request, f"{self.model_name}: {exc}", error_kind(exc))
             except Exception as exc:  # a bug must not take the other requests down
@@ -202,7 +225,21 @@ class PythonStep:
                 results = [exc] * len(items)
             for i, result in zip(positions, results, strict=True):
                 responses[i] = self._response(requests[i], result)
+            self._observe(received)
         return responses
+
+    def _observe(self, received: list[dict[str, Any]]) -> None:
+        """Count the features of the requests that were served (never raises: a failure is
+        logged, rate-limited, and the answers stand)."""
+        monitor = getattr(self, "feature_monitor", None)
+        if monitor is None:
+            return
+        try:
+            monitor.observe(received)
+        except Exception as exc:
+            log = getattr(self, "error_log", None)
+            if log is not None:
+                log.error(self.model_name, "", f"input features not counted: {exc!r}")
 
     def _error(self, request: Any, message: str, kind: str) -> Any:
         """The error answer to ``request``, also written to the server log (rate-limited) and
@@ -246,3 +283,6 @@ class PythonStep:
         counters = getattr(self, "error_counters", None)
         if counters is not None:
             counters.close()
+        monitor = getattr(self, "feature_monitor", None)
+        if monitor is not None:
+            monitor.close()

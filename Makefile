@@ -158,7 +158,7 @@ k8s-deps:
 # oldest and newest Kubernetes the manifests are for; the CRD objects (KServe, PodMonitor) get
 # a warning from kubernetes-validate, which has no schemas for them, and are checked by
 # tests/deploy/test_kubernetes.py, which this runs too.
-K8S_KUSTOMIZATIONS := overlays/gpu overlays/cpu kserve prometheus-adapter
+K8S_KUSTOMIZATIONS := overlays/gpu overlays/cpu kserve prometheus-adapter argo-rollouts
 K8S_VERSIONS := 1.29.0 1.37.0
 
 k8s-validate: setup k8s-deps

@@ -13,17 +13,18 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tritonrepo.server.launcher import TritonServer
 
-SECONDS = "tritonrepo_feature_seconds_total"
+SECONDS = "tritonrepo_feature_seconds"
 
 
 def _samples(server: TritonServer) -> list[tuple[str, dict[str, str], float]]:
-    """Every sample of the server's metrics endpoint: ``(name, labels, value)``."""
+    """Every sample of the server's metrics endpoint: ``(name, labels, value)``, a counter's
+    name without the ``_total`` the parser adds to its samples."""
     o = server.options
     url = f"http://{o.client_host}:{o.metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=30) as response:
         text = response.read().decode()
     return [
-        (s.name, s.labels, s.value)
+        (s.name.removesuffix("_total"), s.labels, s.value)
         for family in text_string_to_metric_families(text)
         for s in family.samples
     ]

@@ -54,6 +54,7 @@ from tritonrepo_client.errors import (
 from tritonrepo_client.pipeline import AsyncPipelineClient, PipelineClient
 from tritonrepo_client.ranking import Ranking, RankingClient, Session, SessionClient
 from tritonrepo_client.retry import RetryPolicy
+from tritonrepo_client.routing import RouteTable
 
 __all__ = [
     "AsyncClassificationClient",
@@ -81,6 +82,7 @@ __all__ = [
     "RetryPolicy",
     "RolloutError",
     "RolloutReport",
+    "RouteTable",
     "ServerUnavailable",
     "ServerUnreachable",
     "Session",

@@ -24,6 +24,7 @@ from tritonrepo_client.core import (
 )
 from tritonrepo_client.errors import CallSite, ClientError, VersionNotLoaded, version_not_loaded
 from tritonrepo_client.retry import RetryPolicy
+from tritonrepo_client.routing import RouteTable
 
 T = TypeVar("T")
 A = TypeVar("A", bound="AsyncModelClient")
@@ -44,8 +45,9 @@ class AsyncTritonConnection(ConnectionCore):
         timeout_s: float = 60.0,
         tls: GrpcTls | None = None,
         retry: RetryPolicy | None = None,
+        routes: RouteTable | None = None,
     ) -> None:
-        super().__init__(url, protocol, timeout_s, tls, retry)
+        super().__init__(url, protocol, timeout_s, tls, retry, routes)
         self._client: Any = None
         self._closed = False
 

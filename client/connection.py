@@ -37,6 +37,7 @@ from tritonrepo_client.errors import (
     version_not_loaded,
 )
 from tritonrepo_client.retry import RetryPolicy
+from tritonrepo_client.routing import RouteTable
 
 T = TypeVar("T")
 
@@ -60,6 +61,9 @@ class TritonConnection(ConnectionCore):
         retry: retries of idempotent calls on ``unreachable`` / ``unavailable``
             (:class:`tritonrepo_client.retry.RetryPolicy`; default 4 tries, 0.1 s doubling to
             2 s, full jitter). Session events are never retried.
+        routes: gRPC only: the HTTP guard's canary routes
+            (:class:`tritonrepo_client.routing.RouteTable`), followed by requests that name no
+            version.
 
     Raises:
         ValueError: unknown protocol, or TLS asked for HTTP.
@@ -72,8 +76,9 @@ class TritonConnection(ConnectionCore):
         timeout_s: float = 60.0,
         tls: GrpcTls | None = None,
         retry: RetryPolicy | None = None,
+        routes: RouteTable | None = None,
     ) -> None:
-        super().__init__(url, protocol, timeout_s, tls, retry)
+        super().__init__(url, protocol, timeout_s, tls, retry, routes)
         self._local = threading.local()
         self._clients: list[tuple[threading.Thread, Any]] = []
         self._lock = threading.Lock()

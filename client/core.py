@@ -18,6 +18,7 @@ from tritonclient.utils import np_to_triton_dtype
 
 from tritonrepo_client.errors import CallSite, ClientError, to_client_error
 from tritonrepo_client.retry import NO_RETRY, RetryPolicy, Schedule
+from tritonrepo_client.routing import RouteTable
 from tritonrepo_client.scheduling import scheduling_kwargs
 
 Protocol = Literal["http", "grpc"]
@@ -151,8 +152,11 @@ class ConnectionCore:
         timeout_s: float = 60.0,
         tls: GrpcTls | None = None,
         retry: RetryPolicy | None = None,
+        routes: RouteTable | None = None,
     ) -> None:
         self.url = resolve_url(url, protocol, tls)
+        # gRPC requests follow the guard's canary routes (HTTP ones pass the guard itself).
+        self.routes = routes if protocol == "grpc" else None
         self.protocol = protocol
         self.timeout_s = timeout_s
         self.tls = tls
@@ -186,6 +190,8 @@ class ConnectionCore:
                 (:func:`tritonrepo_client.scheduling.scheduling_kwargs`).
         """
         deadline = self.timeout_s if timeout_s is None else timeout_s
+        if self.routes is not None and not model_version:
+            model = self.routes.pick(model)
         tensors, requested = build_request(self.module, inputs, outputs, class_count)
         kwargs = dict(kwargs)
         for key, value in scheduling_kwargs(priority, timeout_us, deadline).items():

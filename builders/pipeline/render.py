@@ -186,6 +186,7 @@ def ensemble_config(
     lines.append("  ]\n}\n")
     parameters = {"tritonrepo_probe": probe} if probe is not None else {}
     parameters |= pipeline.openai_parameter()
+    parameters |= pipeline.canary.parameter() if pipeline.canary is not None else {}
     if parameters:
         lines.append(_parameters(parameters))
     return "".join(lines)

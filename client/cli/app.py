@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tritonrepo_client.bulk import embed_file
 from tritonrepo_client.classify import ClassificationClient, print_classifications
+from tritonrepo_client.cli import canary
 from tritonrepo_client.cli.control import (
     add_local_checks_arguments,
     configs_command,
@@ -266,6 +267,7 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--no-canary", action="store_true", help="skip the comparison")
         cmd.add_argument("--drain-timeout", type=float, default=120.0, help="seconds")
         add_local_checks_arguments(cmd, load=False)
+    canary.add_parser(sub)
     return p
 
 
@@ -366,11 +368,12 @@ COMMANDS = {
     "models": models_command,
     "rollout": rollout_command,
     "rollback": rollout_command,
+    "canary": canary.canary_command,
 }
 
 
 # Commands that load or unload models: longer default deadline.
-CONTROL_COMMANDS = ("models", "rollout", "rollback", "heal", "configs")
+CONTROL_COMMANDS = ("models", "rollout", "rollback", "heal", "configs", "canary")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

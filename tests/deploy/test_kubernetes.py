@@ -37,7 +37,7 @@ from tritonrepo_client.cli import app as cli
 
 K8S_DIR = REPO_ROOT / "deploy" / "kubernetes"
 OVERLAYS = ("gpu", "cpu")
-KUSTOMIZATIONS = ("overlays/gpu", "overlays/cpu", "kserve", "prometheus-adapter")
+KUSTOMIZATIONS = ("overlays/gpu", "overlays/cpu", "kserve", "prometheus-adapter", "argo-rollouts")
 # Oldest and newest Kubernetes the manifests are for: 1.29 (native sidecars, used by the KServe
 # path, are on by default from 1.29) and the newest schemas kubernetes-validate ships.
 KUBERNETES_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
@@ -45,6 +45,8 @@ CUSTOM_KINDS = {
     ("serving.kserve.io/v1alpha1", "ServingRuntime"),
     ("serving.kserve.io/v1beta1", "InferenceService"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
+    ("argoproj.io/v1alpha1", "Rollout"),
+    ("argoproj.io/v1alpha1", "AnalysisTemplate"),
 }
 SECRET = "tritonrepo-repository-key"
 KEY_ENV = "TRITONREPO_REPOSITORY_KEY_FILE"
@@ -562,6 +564,55 @@ def test_podmonitor_scrapes_both_metrics_ports() -> None:
     for endpoint in monitor["spec"]["podMetricsEndpoints"]:
         [relabel] = [r for r in endpoint["relabelings"] if r["targetLabel"] == "job"]
         assert relabel["replacement"] in jobs, endpoint["port"]
+
+
+def test_argo_rollout_takes_over_the_deployment_with_analysed_steps(tmp_path: Path) -> None:
+    """The Rollout references the overlays' Deployment (workloadRef) with its pod selector,
+    its stable Service is the one clients use and its canary Service selects the same pods;
+    10 % then 50 %, each followed by the analysis, whose two Prometheus queries parse (promtool,
+    with the arguments filled in) and read the pod-template hash the PodMonitor keeps."""
+    objects = render("argo-rollouts")
+    rollout = one(objects, "Rollout")
+    spec = rollout["spec"]
+    server = deployment("cpu")
+    workload = {"apiVersion": "apps/v1", "kind": "Deployment"}
+    workload |= {"name": server["metadata"]["name"], "scaleDown": "progressively"}
+    assert spec["workloadRef"] == workload
+    labels = server["spec"]["template"]["metadata"]["labels"]
+    assert spec["selector"]["matchLabels"].items() <= labels.items()
+    canary = spec["strategy"]["canary"]
+    services = {
+        s["metadata"]["name"]: s for s in render("overlays/cpu") + objects if s["kind"] == "Service"
+    }
+    for name in (canary["stableService"], canary["canaryService"]):
+        assert services[name]["spec"]["selector"].items() <= labels.items(), name
+    weights = [s["setWeight"] for s in canary["steps"] if "setWeight" in s]
+    assert weights == [10, 50]
+    template = one(objects, "AnalysisTemplate")
+    for i, step in enumerate(canary["steps"]):
+        if "setWeight" in step:
+            analysis = canary["steps"][i + 1]["analysis"]
+            assert analysis["templates"] == [{"templateName": template["metadata"]["name"]}]
+            given = {a["name"] for a in analysis["args"]}
+            declared = {a["name"] for a in template["spec"]["args"] if "value" not in a}
+            assert given == declared == {"canary-hash", "stable-hash"}
+    values = {"canary-hash": "abc", "stable-hash": "def", "prometheus": "", "model": "m"}
+    records = []
+    for metric in template["spec"]["metrics"]:
+        query = metric["provider"]["prometheus"]["query"]
+        assert "rollouts_pod_template_hash" in query
+        for name, value in values.items():
+            query = query.replace("{{args." + name + "}}", value)
+        assert "{{" not in query
+        records.append({"record": f"argo:{metric['name'].replace('-', '_')}", "expr": query})
+    path = tmp_path / "analysis.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "argo", "rules": records}]}))
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: make monitoring-deps installs it"
+    out = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    monitor = one(render("prometheus-adapter"), "PodMonitor")
+    assert "rollouts-pod-template-hash" in monitor["spec"]["podTargetLabels"]
 
 
 def test_check_crds_script_rejects_unknown_fields(tmp_path: Path) -> None:

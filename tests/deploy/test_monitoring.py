@@ -78,6 +78,9 @@ CANDIDATES = [5, 66, 981, 4000]
 EMPTY_ON_THIS_SERVER = {
     "GPU utilisation",  # no GPU metrics: the launcher runs --allow-gpu-metrics=false on CPU
     "GPU memory",
+    # no HTTP guard on this server, so no /_guard/metrics (tests/server/test_canary.py reads them)
+    "Canary share and decisions",
+    "Shadow comparison",
 }
 # The supervisor creates each loaded step's restart counter at 0 (HealMetrics.track), so this
 # panel has data (zeros) before any restart.

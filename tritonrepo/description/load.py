@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tritonrepo.description.canary import parse_canary
 from tritonrepo.description.core_state import parse_core_state
 from tritonrepo.description.drift import parse_drift
 from tritonrepo.description.graph import is_graph, parse_graph
@@ -57,6 +58,7 @@ _TOP_KEYS = (
     "one_step_gpu",
     "openai_embeddings",
     "drift",
+    "canary",
 )
 
 
@@ -132,6 +134,9 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
     if "openai_embeddings" in data:
         spec = _openai(r, data["openai_embeddings"], pipeline)
         pipeline = replace(pipeline, openai_embeddings=spec)
+    if "canary" in data:
+        spec = parse_canary(r, data["canary"], [t.name for t in pipeline.outputs])
+        pipeline = replace(pipeline, canary=spec)
     if "drift" in data:
         spec = parse_drift(r, data["drift"], pipeline.samples, pipeline.stateful)
         pipeline = replace(pipeline, drift=spec)

@@ -56,7 +56,14 @@ class _Reader:
                 )
 
 
-_KIND = {str: "a string", int: "an integer", bool: "true or false", list: "a list", dict: "a table"}
+_KIND = {
+    str: "a string",
+    int: "an integer",
+    float: "a number with a decimal point (0.99, 1.0)",
+    bool: "true or false",
+    list: "a list",
+    dict: "a table",
+}
 
 
 def _closest(key: str, known: Sequence[str]) -> str:

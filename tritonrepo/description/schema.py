@@ -33,6 +33,7 @@ from tritonrepo_client.model_repository.config_sets import CONFIG_SETS as CONFIG
 from tritonrepo_client.model_repository.dtypes import DATA_TYPES
 
 if TYPE_CHECKING:
+    from tritonrepo.description.canary import CanarySpec
     from tritonrepo.description.drift import DriftSpec
 
 DESCRIPTION_FILE = "pipeline.toml"
@@ -193,6 +194,7 @@ class Pipeline:
     one_step_gpu: bool = False
     openai_embeddings: OpenAiEmbeddings | None = None  # [openai_embeddings]: /v1/embeddings
     drift: DriftSpec | None = None  # [drift]: input features counted (tritonrepo.step.drift)
+    canary: CanarySpec | None = None  # [canary]: how a canary's answers are compared
 
     def drift_parameter(self) -> dict[str, str]:
         """``{"tritonrepo_drift": JSON}`` for the model that receives the requests, or ``{}``."""

@@ -14,6 +14,8 @@ Both nginx builds put the njs module at ``/usr/lib/nginx/modules/ngx_http_js_mod
 from __future__ import annotations
 
 import argparse
+import os
+import pwd
 import re
 import shutil
 from dataclasses import dataclass
@@ -26,6 +28,12 @@ GUARD_DIR = REPO_ROOT / "deploy" / "guard"
 TEMPLATE = GUARD_DIR / "nginx.conf.template"
 SCRIPT = GUARD_DIR / "kserve_guard.js"
 OPENAI_SCRIPT = GUARD_DIR / "openai_embeddings.js"  # POST /v1/embeddings
+ROUTES_SCRIPT = GUARD_DIR / "routes.js"  # canary and shadow routes, imported by SCRIPT too
+SCRIPTS = (SCRIPT, OPENAI_SCRIPT, ROUTES_SCRIPT)
+ROUTES_FILE = "routes.json"  # beside it: shadow.jsonl, decisions.jsonl
+# The user nginx's workers run as when the master runs as root and the config names none
+# (nginx's built-in default; `nginx -V` of Debian's package sets no other).
+ROOT_WORKER_USER = "nobody"
 NJS_MODULE = Path("/usr/lib/nginx/modules/ngx_http_js_module.so")
 
 # Largest request body, bytes: Triton's own default input limit (--http-max-input-size, 64 MiB
@@ -148,6 +156,8 @@ class GuardPaths:
     temp_dir: str
     njs_script: str
     njs_openai: str
+    njs_routes: str
+    routes_file: str
     njs_module: str = str(NJS_MODULE)
 
     @classmethod
@@ -162,6 +172,8 @@ class GuardPaths:
             temp_dir=str(run_dir / "temp"),
             njs_script=str(run_dir / SCRIPT.name),
             njs_openai=str(run_dir / OPENAI_SCRIPT.name),
+            njs_routes=str(run_dir / ROUTES_SCRIPT.name),
+            routes_file=str(run_dir / "routes" / ROUTES_FILE),
         )
 
 
@@ -193,6 +205,9 @@ def render(settings: GuardSettings, paths: GuardPaths) -> str:
         "TEMP": paths.temp_dir,
         "NJS_SCRIPT": paths.njs_script,
         "NJS_OPENAI": paths.njs_openai,
+        "NJS_ROUTES": paths.njs_routes,
+        "NJS_DIR": str(Path(paths.njs_script).parent),
+        "ROUTES_FILE": paths.routes_file,
         "MAX_DEPTH": str(settings.max_depth),
         "MAX_TENSOR_BYTES": str(settings.max_tensor_bytes),
         "MAX_JSON_BYTES": str(settings.max_json_bytes),
@@ -221,8 +236,14 @@ def write_run_dir(settings: GuardSettings, run_dir: Path) -> Path:
     run_dir = Path(run_dir)
     paths = GuardPaths.run_dir(run_dir)
     Path(paths.temp_dir).mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(SCRIPT, paths.njs_script)
-    shutil.copyfile(OPENAI_SCRIPT, paths.njs_openai)
+    routes_dir = Path(paths.routes_file).parent
+    routes_dir.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:  # nginx's workers run as nobody (its default), and write there
+        worker = pwd.getpwnam(ROOT_WORKER_USER)
+        os.chown(routes_dir, worker.pw_uid, worker.pw_gid)
+    for script, path in zip(SCRIPTS, (paths.njs_script, paths.njs_openai, paths.njs_routes),
+                            strict=True):  # fmt: skip
+        shutil.copyfile(script, path)
     conf = run_dir / "nginx.conf"
     conf.write_text(render(settings, paths))
     return conf
@@ -237,6 +258,8 @@ CONTAINER_PATHS = GuardPaths(
     temp_dir="/tmp",
     njs_script="/etc/nginx/guard/kserve_guard.js",
     njs_openai="/etc/nginx/guard/openai_embeddings.js",
+    njs_routes="/etc/nginx/guard/routes.js",
+    routes_file="/tmp/routes.json",
 )
 # docker/compose.yaml: Triton is the service `triton` (Docker's DNS at 127.0.0.11, re-resolved:
 # a restarted triton container may get another address). Kubernetes: a sidecar of the pod.
@@ -251,7 +274,7 @@ DEPLOY_TARGETS: dict[Path, GuardSettings] = {
 # Copies of the scripts where the deployments read them (kustomize reads files below its folder).
 SCRIPT_COPIES = {
     REPO_ROOT / "deploy" / "kubernetes" / "base" / "guard" / script.name: script
-    for script in (SCRIPT, OPENAI_SCRIPT)
+    for script in SCRIPTS
 }
 
 

@@ -22,6 +22,7 @@
 // (its Inference-Header-Content-Length, empty for a JSON body).
 
 import fs from 'fs';
+import routes from 'routes.js';
 
 // Bytes per element (KServe v2 datatypes, Triton's TRITONSERVER_DataTypeByteSize); BYTES
 // elements have no fixed size (4-byte length prefix + the bytes in binary form).
@@ -78,8 +79,20 @@ function jsonText(r, body, jsonBytes) {
 
 // Hand the request to Triton: unchanged, or with `rewrite` ({ body, jsonBytes, headerGiven }
 // from withTimeout) as its body.
+// A canary route (routes.js choose) sends it to the canary model instead ($guard_route), or
+// copies it to the shadow comparison (@triton_shadowed mirrors it; not a request whose queue
+// timeout the guard rewrote).
 function pass(r, rewrite) {
+    const choice = routes.choose(r);
+    if (choice && choice.kind === 'canary') {
+        r.variables.guard_route = choice.uri;
+    }
     if (!rewrite) {
+        if (choice && choice.kind === 'shadow') {
+            r.variables.guard_shadow_model = choice.model;
+            r.internalRedirect('@triton_shadowed');
+            return;
+        }
         r.internalRedirect('@triton');
         return;
     }

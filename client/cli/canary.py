@@ -1,0 +1,74 @@
+"""The ``canary`` command: a traffic-weighted canary of a pipeline's core model that promotes or
+rolls back by itself (:mod:`tritonrepo_client.control.canary`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from tritonrepo_client.cli.control import _repository
+from tritonrepo_client.control.canary import CanaryPolicy, canary_rollout
+from tritonrepo_client.control.guard_routes import GuardRoutes
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """``canary PIPELINE --model M --version N [--steps 10,50] [--shadow 10] [--window 60]``."""
+    cmd = sub.add_parser(
+        "canary",
+        help="roll a pipeline's model to a version on a share of live traffic, then promote "
+        "or roll back by itself (HTTP guard)",
+    )
+    cmd.add_argument("pipeline", help="the served ensemble whose requests are split")
+    cmd.add_argument("--model", required=True, help="its step model to roll")
+    cmd.add_argument("--version", type=int, required=True)
+    cmd.add_argument(
+        "--steps",
+        default="10,50",
+        help="canary shares of requests, percent, comma-separated (each 1-50)",
+    )
+    cmd.add_argument(
+        "--shadow",
+        type=float,
+        default=10.0,
+        help="percent of requests copied to the canary and compared",
+    )
+    cmd.add_argument("--window", type=float, default=60.0, help="analysis window per step, s")
+    cmd.add_argument("--min-requests", type=int, default=20)
+    cmd.add_argument("--max-error-ratio-delta", type=float, default=0.01)
+    cmd.add_argument("--max-p99-ratio", type=float, default=2.0)
+    cmd.add_argument(
+        "--min-agreement",
+        type=float,
+        help="default: the pipeline's declared min (tritonrepo_canary)",
+    )
+    cmd.add_argument(
+        "--metrics-url", help="Triton's metrics host:port (default: port 8002 of --url's host)"
+    )
+
+
+def canary_command(args: argparse.Namespace) -> int:
+    """Run the canary; exit 0 when promoted (or, shadow only, reported), 3 when rolled back."""
+    steps = tuple(float(s) for s in args.steps.split(",") if s.strip())
+    if any(not 0 < s <= 50 for s in steps):
+        raise ValueError(f"--steps {args.steps!r}: give shares of 1 to 50 percent")
+    if not steps and not args.shadow > 0:
+        raise ValueError("--steps '' runs the shadow window alone: give --shadow above 0")
+    policy = CanaryPolicy(
+        steps=steps,
+        shadow=args.shadow,
+        window_s=args.window,
+        min_requests=args.min_requests,
+        max_error_ratio_delta=args.max_error_ratio_delta,
+        max_p99_ratio=args.max_p99_ratio,
+        min_agreement=args.min_agreement,
+    )
+    metrics_url = args.metrics_url or f"{args.url.rpartition(':')[0]}:8002"
+    with _repository(args) as repo:
+        routes = GuardRoutes(args.url, repo.headers, args.timeout)
+        report = canary_rollout(
+            repo, routes, metrics_url, args.pipeline, args.model, args.version, policy
+        )
+    print(
+        f"{report.pipeline}: {report.decision} of {report.model} version {report.new} "
+        f"(was {report.old}) in {report.seconds:.1f} s: {report.reason}"
+    )
+    return 3 if report.decision == "rollback" else 0

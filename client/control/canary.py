@@ -1,0 +1,314 @@
+"""A canary by traffic weight: a new version of a pipeline's core model takes a growing share of
+the pipeline's live requests, is compared with the serving version on live figures, and is
+promoted or rolled back by itself.
+
+``canary_rollout(pipeline, model, N)`` on one server behind the HTTP guard:
+
+1. **pin**: the pipeline's ensemble is reloaded with its ``model`` step pinned to the serving
+   version ``old`` (a config override), so loading N does not move its traffic;
+2. **stage**: ``model`` is loaded with both versions (``version_policy`` ``[old, N]``), and the
+   canary ensemble ``<pipeline>__canary``, the pipeline's config with the step pinned to N, is
+   loaded through the load API (a config and a placeholder version folder);
+3. **shadow, then steps**: the guard copies ``shadow`` percent of the pipeline's requests to the
+   canary and compares the answers (the pipeline's declared agreement: cosine of embeddings,
+   overlap of ranked ids); then, for each weight of ``steps`` (percent), sends that share of
+   requests to the canary ensemble and watches one analysis window: Triton's per-model
+   request, failure and p99 figures of both ensembles, and the shadow comparison;
+4. **decide**: the canary is rolled back at once when it fails more than the serving version
+   (by ``max_error_ratio_delta``), its p99 is over ``max_p99_ratio`` times the serving one's, or
+   its answers agree less than ``min_agreement``; after the last step it is promoted;
+5. **promote**: the pipeline is pinned to N, the route removed, the canary ensemble unloaded,
+   ``model`` serves N alone and the pipeline's own config is loaded back. **Roll back**: the
+   route removed, the canary ensemble unloaded, ``model`` serves ``old`` alone, the pipeline's
+   config loaded back. The route goes before anything is unloaded, so no request is sent to a
+   model that is going away.
+
+Each decision is printed, logged by the guard and counted in its
+``tritonrepo_canary_decisions_total`` (``/_guard/metrics``). gRPC requests do not pass the
+guard: they reach the pinned serving version throughout, and the canary's figures are HTTP's.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tritonrepo_client.connection import ClientError
+from tritonrepo_client.control.guard_routes import GuardRoutes, Route
+from tritonrepo_client.control.live_metrics import Window, snapshot
+from tritonrepo_client.control.repository import RepositoryClient
+from tritonrepo_client.control.rollout import with_policy
+
+CANARY_SUFFIX = "__canary"
+AGREEMENT_PARAMETER = "tritonrepo_canary"  # the pipeline's declared agreement (JSON)
+PLACEHOLDER = "file:1/.canary"  # an ensemble needs a version folder; Triton makes it from this
+
+
+class CanaryError(ClientError):
+    """The canary could not start, or a step failed (what was undone is in the message)."""
+
+
+@dataclass(frozen=True)
+class CanaryPolicy:
+    """How far and how fast a canary goes, and what rolls it back.
+
+    Attributes:
+        steps: the canary's share of requests at each step, percent (each 1 to 50).
+        shadow: percent of the pipeline's requests copied to the canary and compared (the
+            answers thrown away), from the start.
+        window_s: each step's analysis window, seconds.
+        interval_s: how often the figures are read within it, seconds.
+        min_requests: canary requests a window needs before it may pass (fewer: it is
+            extended, up to twice).
+        max_error_ratio_delta: the canary's failed share may exceed the serving one's by this.
+        max_p99_ratio: the canary's p99 may be this many times the serving one's.
+        min_agreement: the smallest agreement of a compared answer (None: the pipeline's
+            declared ``min``, or no agreement check).
+    """
+
+    steps: tuple[float, ...] = (10.0, 50.0)
+    shadow: float = 10.0
+    window_s: float = 60.0
+    interval_s: float = 2.0
+    min_requests: int = 20
+    max_error_ratio_delta: float = 0.01
+    max_p99_ratio: float = 2.0
+    min_agreement: float | None = None
+
+
+@dataclass
+class CanaryReport:
+    """What happened: ``decision`` (``promote`` or ``rollback``), ``reason``, and one line per
+    step and window."""
+
+    pipeline: str
+    model: str
+    old: int
+    new: int
+    decision: str = ""
+    reason: str = ""
+    lines: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def step_of(config: dict[str, Any], model: str) -> dict[str, Any]:
+    """The ensemble step of ``config`` that runs ``model``.
+
+    Raises:
+        CanaryError: the config is not an ensemble with such a step.
+    """
+    steps = config.get("ensemble_scheduling", {}).get("step", [])
+    found = [s for s in steps if s.get("model_name") == model]
+    if config.get("platform") != "ensemble" or len(found) != 1:
+        raise CanaryError(
+            f"'{config.get('name')}' is not an ensemble with one step running '{model}'"
+        )
+    return found[0]
+
+
+def pinned(config: dict[str, Any], model: str, version: int, name: str | None = None) -> dict:
+    """A copy of the ensemble ``config`` whose ``model`` step runs ``version`` (and named
+    ``name`` when given)."""
+    new = copy.deepcopy(config)
+    step_of(new, model)["model_version"] = str(version)
+    if name is not None:
+        new["name"] = name
+    return new
+
+
+def declared_agreement(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The pipeline's ``tritonrepo_canary`` parameter: ``{"output", "measure", "min"}``."""
+    text = config.get("parameters", {}).get(AGREEMENT_PARAMETER, {}).get("string_value")
+    return json.loads(text) if text else None
+
+
+def judge(
+    window: Window,
+    pipeline: str,
+    canary: str,
+    shadow: dict[str, Any],
+    policy: CanaryPolicy,
+    min_agreement: float | None,
+) -> str | None:
+    """Why the canary must be rolled back after ``window``, or None."""
+    requests, failed = window.requests(canary, ensemble=True)
+    served, served_failed = window.requests(pipeline, ensemble=True)
+    ratio = failed / requests if requests else 0.0
+    served_ratio = served_failed / served if served else 0.0
+    if failed and ratio > served_ratio + policy.max_error_ratio_delta:
+        return (
+            f"the canary failed {failed:.0f} of {requests:.0f} requests ({ratio:.1%}); the "
+            f"serving version {served_ratio:.1%}"
+        )
+    ours, theirs = window.worst_p99_us.get(canary), window.worst_p99_us.get(pipeline)
+    if ours and theirs and ours > policy.max_p99_ratio * theirs:
+        return (
+            f"the canary's p99 is {ours / 1000:.1f} ms, over {policy.max_p99_ratio:g} x "
+            f"the serving version's {theirs / 1000:.1f} ms"
+        )
+    if shadow.get("canary_failed"):
+        return f"the canary failed {shadow['canary_failed']} of {shadow['compared']} shadow copies"
+    low = shadow.get("agreement_min")
+    if min_agreement is not None and low is not None and low < min_agreement:
+        return (
+            f"the canary's answers agree {low:.4f} at worst with the serving version's "
+            f"over {shadow['agreements']} shadow copies (required ≥ {min_agreement:g})"
+        )
+    return None
+
+
+def _watch(
+    pipeline: str,
+    canary: str,
+    routes: GuardRoutes,
+    metrics_url: str,
+    policy: CanaryPolicy,
+    min_agreement: float | None,
+) -> tuple[str | None, str]:
+    """One analysis window: ``(why the canary must go, or None; the window's figures)``. It
+    ends early on a reason, and is extended (up to twice) until the canary had
+    ``min_requests`` requests."""
+    window = Window(snapshot(metrics_url))
+    began = time.time()
+    deadline = time.monotonic() + policy.window_s
+    longest = time.monotonic() + 2 * policy.window_s
+    while True:
+        time.sleep(policy.interval_s)
+        window.add(snapshot(metrics_url))
+        shadow = routes.shadow(pipeline, began)
+        why = judge(window, pipeline, canary, shadow, policy, min_agreement)
+        requests, failed = window.requests(canary, ensemble=True)
+        now = time.monotonic()
+        if why or (now >= deadline and requests >= policy.min_requests) or now >= longest:
+            break
+    if why is None and requests < policy.min_requests:
+        why = f"only {requests:.0f} canary requests in the window (needs {policy.min_requests})"
+    figures = (
+        f"canary {requests:.0f} requests, {failed:.0f} failed, p99 "
+        f"{window.worst_p99_us.get(canary, 0) / 1000:.1f} ms (serving "
+        f"{window.worst_p99_us.get(pipeline, 0) / 1000:.1f} ms); shadow "
+        f"{shadow.get('compared', 0)} compared, agreement min {shadow.get('agreement_min')}, "
+        f"p99 {shadow.get('canary_p99_ms')} ms (serving {shadow.get('stable_p99_ms')} ms)"
+    )
+    return why, figures
+
+
+def canary_rollout(
+    repo: RepositoryClient,
+    routes: GuardRoutes,
+    metrics_url: str,
+    pipeline: str,
+    model: str,
+    version: int,
+    policy: CanaryPolicy | None = None,
+    say: Callable[[str], None] = print,
+) -> CanaryReport:
+    """Roll ``model`` to ``version`` through a traffic-weighted canary of ``pipeline``
+    (module docstring).
+
+    Args:
+        repo: client with the repository key (the server's HTTP port: the guard).
+        routes: the guard's routes API on the same port.
+        metrics_url: Triton's metrics ``host:port``.
+        pipeline: the served ensemble whose traffic is split.
+        model: its step model to roll (e.g. ``text_embedding_encoder``).
+        version: the version to roll to (in the server's repository).
+        policy: steps, windows and thresholds (defaults: :class:`CanaryPolicy`).
+        say: where each step's line goes.
+
+    Returns:
+        The report; ``decision`` is ``promote`` or ``rollback`` (a rollback is not an error).
+
+    Raises:
+        CanaryError: it cannot start (not an ensemble step, one version serving, a route
+            exists), or undoing a step failed too.
+    """
+    policy = policy or CanaryPolicy()
+    start = time.monotonic()
+    serving = repo.versions(model)
+    if len(serving) != 1 or serving == [version]:
+        raise CanaryError(
+            f"'{model}' serves {serving}: a canary starts from one serving version "
+            f"other than {version}"
+        )
+    old = serving[0]
+    if pipeline in routes.routes():
+        raise CanaryError(f"'{pipeline}' has a route already: another canary runs (or remove it)")
+    config = repo.config(pipeline)
+    model_config = repo.config(model)
+    step_of(config, model)
+    canary = pipeline + CANARY_SUFFIX
+    declared = declared_agreement(config)
+    min_agreement = policy.min_agreement
+    if min_agreement is None and declared is not None:
+        min_agreement = declared.get("min")
+    agreement = {k: declared[k] for k in ("output", "measure")} if declared else None
+    report = CanaryReport(pipeline, model, old, version)
+
+    def line(text: str) -> None:
+        report.lines.append(text)
+        say(f"  {text}")
+
+    def decide(decision: str, weight: float, reason: str) -> None:
+        routes.decide(pipeline, canary, decision, weight, reason)
+        line(f"{decision} at {weight:g} %: {reason}")
+
+    def undo() -> None:
+        routes.remove(pipeline)
+        if repo.ready(canary):
+            repo.unload(canary)
+        repo.load(model, with_policy(model_config, [old], old))
+        repo.wait_until(model, [version], 120.0)
+        repo.load(pipeline, config)
+
+    weight = 0.0
+    try:
+        repo.load(pipeline, pinned(config, model, old))
+        repo.load(model, with_policy(model_config, [old, version], old))
+        repo.load(canary, pinned(config, model, version, canary), {PLACEHOLDER: b""})
+        line(f"{canary} serves {model} version {version}; {pipeline} stays on {old}")
+        routes.clear_shadow(pipeline)
+        routes.set(pipeline, Route(canary, 0.0, policy.shadow, agreement))
+        decide("start", 0.0, f"shadow {policy.shadow:g} % of requests")
+        # The shadow window (weight 0: only copies reach the canary), then each step.
+        for weight in ((0.0,) if policy.shadow else ()) + tuple(policy.steps):
+            routes.set(pipeline, Route(canary, weight, policy.shadow, agreement))
+            if weight:
+                decide("step", weight, f"{weight:g} % of requests to {canary}")
+            why, figures = _watch(pipeline, canary, routes, metrics_url, policy, min_agreement)
+            line(f"window at {weight:g} %: {figures}")
+            if why is not None:
+                undo()
+                decide("rollback", weight, why)
+                report.decision, report.reason = "rollback", why
+                break
+            if not policy.steps:  # shadow only: report, change nothing
+                undo()
+                decide("report", weight, f"shadow window passed: {figures}")
+                report.decision, report.reason = "report", figures
+                break
+        else:
+            repo.load(pipeline, pinned(config, model, version))
+            routes.remove(pipeline)
+            repo.unload(canary)
+            repo.load(model, with_policy(model_config, [version], old))
+            repo.wait_until(model, [old], 120.0)
+            repo.load(pipeline, config)
+            reason = f"every window passed; {model} serves version {version}"
+            decide("promote", weight, reason)
+            report.decision, report.reason = "promote", reason
+    except (ClientError, TimeoutError) as exc:
+        try:
+            undo()
+            decide("rollback", weight, f"a step failed: {exc}")
+        except (ClientError, TimeoutError) as again:
+            raise CanaryError(
+                f"canary of {model} {version} failed ({exc}), and undoing it failed too: {again}"
+            ) from None
+        report.decision, report.reason = "rollback", f"a step failed: {exc}"
+    report.seconds = time.monotonic() - start
+    return report

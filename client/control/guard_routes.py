@@ -1,0 +1,114 @@
+"""The HTTP guard's routes API (``deploy/guard/routes.js``): which share of a model's inference
+requests goes to a canary model, which share is copied to it and compared, and the decisions of
+a canary rollout.
+
+The guard answers under ``/_guard/`` on the server's HTTP port; changes need the repository key
+(the ``x-model-repository-key`` header), reads do not.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tritonrepo_client.connection import ClientError
+
+
+class GuardRoutesError(ClientError):
+    """The guard refused a routes call or is not there (the message says which)."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """One model's route: ``canary`` (the model that answers the canary share), ``weight``
+    (percent of requests it answers, 0 to 50), ``shadow`` (percent copied to it and compared),
+    ``agreement`` (``{"output": name, "measure": "cosine" | "overlap" | "exact"}`` or None)."""
+
+    canary: str
+    weight: float
+    shadow: float
+    agreement: dict[str, str] | None = None
+
+
+class GuardRoutes:
+    """Calls the routes API of the guard at ``url`` (``host:port``, the server's HTTP port).
+
+    Args:
+        url: the guard's ``host:port``.
+        headers: the repository key header (:func:`tritonrepo_client.control.repository_key.
+            headers`), for changes.
+        timeout_s: per call, seconds.
+    """
+
+    def __init__(self, url: str, headers: dict[str, str], timeout_s: float = 30.0) -> None:
+        host, _, port = url.rpartition(":")
+        self.host, self.port = host or "127.0.0.1", int(port)
+        self.headers = dict(headers)
+        self.timeout_s = timeout_s
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        """The JSON answer of one call.
+
+        Raises:
+            GuardRoutesError: not answered, not JSON, or an error status (its message).
+        """
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+        data = None if body is None else json.dumps(body).encode()
+        headers = {**self.headers, "Content-Type": "application/json"}
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            response = conn.getresponse()
+            raw = response.read()
+        except OSError as exc:
+            raise GuardRoutesError(
+                f"{method} {path}: the guard did not answer ({exc}); "
+                "is the server running behind its HTTP guard?"
+            ) from exc
+        finally:
+            conn.close()
+        try:
+            value = json.loads(raw) if raw else None
+        except ValueError:
+            value = None
+        if response.status != 200:
+            detail = value.get("error") if isinstance(value, dict) else raw[:200].decode("replace")
+            if response.status == 404:
+                detail = "no routes API here: the server runs without the HTTP guard"
+            raise GuardRoutesError(f"{method} {path}: {response.status}: {detail}")
+        return value
+
+    def routes(self) -> dict[str, Route]:
+        """Every route, by model."""
+        return {m: Route(**v) for m, v in (self._call("GET", "/_guard/routes") or {}).items()}
+
+    def set(self, model: str, route: Route) -> None:
+        """Route ``model``'s requests as ``route`` says (replacing any route it had)."""
+        body = {
+            "canary": route.canary,
+            "weight": route.weight,
+            "shadow": route.shadow,
+            "agreement": route.agreement,
+        }
+        self._call("PUT", f"/_guard/routes/{model}", body)
+
+    def remove(self, model: str) -> None:
+        """Send all of ``model``'s requests to it again."""
+        self._call("DELETE", f"/_guard/routes/{model}")
+
+    def decide(self, model: str, canary: str, decision: str, weight: float, reason: str) -> None:
+        """Record a decision (``start``, ``step``, ``promote``, ``rollback``): the guard logs it
+        and counts it in ``tritonrepo_canary_decisions_total``."""
+        body = {"decision": decision, "canary": canary, "weight": weight, "reason": reason}
+        self._call("POST", f"/_guard/decisions/{model}", body)
+
+    def shadow(self, model: str, since: float = 0.0) -> dict[str, Any]:
+        """The shadow comparison of ``model`` with its canary since ``since`` (epoch seconds):
+        ``compared``, ``stable_failed``, ``canary_failed``, ``*_p50_ms``, ``*_p99_ms``,
+        ``agreement_mean``, ``agreement_min``, ``agreements``."""
+        return self._call("GET", f"/_guard/shadow/{model}?since={since:.3f}")
+
+    def clear_shadow(self, model: str) -> None:
+        """Forget the comparisons of ``model``."""
+        self._call("DELETE", f"/_guard/shadow/{model}")

@@ -1,0 +1,85 @@
+"""Triton's own per-model figures over a window, from its metrics endpoint: requests, failures,
+and latency, for comparing a canary with the model it may replace.
+
+``nv_inference_request_success`` / ``nv_inference_request_failure`` are counters: the window's
+figures are differences of two snapshots. The p99 is Triton's own summary
+(``nv_inference_request_summary_us{quantile="0.99"}``, with ``--metrics-config
+summary_latencies=true``, which the launcher sets): a sliding window of its own, read at each
+snapshot; the window's p99 is the largest read. Triton 2.51 counts each failed request of an
+ensemble twice in ``nv_inference_request_failure`` (docs/operations/monitoring.md), so an
+ensemble's failures are halved here.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tritonrepo_client.connection import ClientError
+
+
+@dataclass
+class ModelFigures:
+    """A model's counters at one moment: ``success``, ``failure`` (requests), ``p99_us`` (the
+    summary's 0.99 quantile, None when it has none)."""
+
+    success: float = 0.0
+    failure: float = 0.0
+    p99_us: float | None = None
+
+
+def snapshot(metrics_url: str, timeout_s: float = 10.0) -> dict[str, ModelFigures]:
+    """Every model's figures now, summed over versions.
+
+    Raises:
+        ClientError: the metrics endpoint does not answer.
+    """
+    try:
+        with urllib.request.urlopen(f"http://{metrics_url}/metrics", timeout=timeout_s) as r:
+            text = r.read().decode()
+    except OSError as exc:
+        raise ClientError(f"cannot read Triton's metrics at {metrics_url}: {exc}") from exc
+    figures: dict[str, ModelFigures] = defaultdict(ModelFigures)
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            model = s.labels.get("model")
+            if model is None:
+                continue
+            name = s.name.removesuffix("_total")  # the parser adds it to every counter sample
+            if name == "nv_inference_request_success":
+                figures[model].success += s.value
+            elif name == "nv_inference_request_failure":
+                figures[model].failure += s.value
+            elif (
+                s.name == "nv_inference_request_summary_us"
+                and s.labels.get("quantile") == "0.99"
+                and s.value == s.value  # NaN: no request in the summary's window
+            ):
+                old = figures[model].p99_us
+                figures[model].p99_us = s.value if old is None else max(old, s.value)
+    return dict(figures)
+
+
+@dataclass
+class Window:
+    """Figures of a set of models between a first and a last snapshot."""
+
+    start: dict[str, ModelFigures]
+    last: dict[str, ModelFigures] = field(default_factory=dict)
+    worst_p99_us: dict[str, float] = field(default_factory=dict)
+
+    def add(self, now: dict[str, ModelFigures]) -> None:
+        """Take a later snapshot (its p99s count towards the window's worst)."""
+        self.last = now
+        for model, f in now.items():
+            if f.p99_us is not None:
+                self.worst_p99_us[model] = max(self.worst_p99_us.get(model, 0.0), f.p99_us)
+
+    def requests(self, model: str, ensemble: bool) -> tuple[float, float]:
+        """``(requests, failed)`` of ``model`` in the window (an ensemble's failures halved)."""
+        a, b = self.start.get(model, ModelFigures()), self.last.get(model, ModelFigures())
+        failed = (b.failure - a.failure) / (2 if ensemble else 1)
+        return (b.success - a.success) + failed, failed

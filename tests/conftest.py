@@ -55,11 +55,16 @@ def server_options(name: str = "tritonserver", **overrides) -> ServerOptions:
     :data:`SERVER_TESTED`, logging to build/test-logs/<name>.log (<name>-<worker>.log on a
     pytest-xdist worker: each worker has a session server of its own)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
+    # Each port unlike the others: the system may hand out a port it just gave again (seen:
+    # HTTP and gRPC on one port, and tritonserver refusing to start).
+    ports: list[int] = []
+    for _ in range(3):
+        ports.append(free_port(avoid=ports))
     defaults = {
         "models": SERVER_TESTED,
-        "http_port": free_port(),
-        "grpc_port": free_port(),
-        "metrics_port": free_port(),
+        "http_port": ports[0],
+        "grpc_port": ports[1],
+        "metrics_port": ports[2],
         "log_file": BUILD_DIR / "test-logs" / (f"{name}-{worker}.log" if worker else f"{name}.log"),
         "repository_key": secrets.token_urlsafe(16),
     }

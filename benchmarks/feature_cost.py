@@ -6,28 +6,12 @@ mean request duration as Triton measured it (``nv_inference_request_duration_us`
 
 from __future__ import annotations
 
-import urllib.request
 from collections import defaultdict
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from tritonrepo.server.launcher import TritonServer
+from tritonrepo_client.control.live_metrics import samples
 
 SECONDS = "tritonrepo_feature_seconds"
-
-
-def _samples(server: TritonServer) -> list[tuple[str, dict[str, str], float]]:
-    """Every sample of the server's metrics endpoint: ``(name, labels, value)``, a counter's
-    name without the ``_total`` the parser adds to its samples."""
-    o = server.options
-    url = f"http://{o.client_host}:{o.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=30) as response:
-        text = response.read().decode()
-    return [
-        (s.name.removesuffix("_total"), s.labels, s.value)
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    ]
 
 
 def feature_costs(server: TritonServer) -> list[dict[str, float | str]]:
@@ -38,7 +22,8 @@ def feature_costs(server: TritonServer) -> list[dict[str, float | str]]:
     entry: dict[str, str] = {}
     success: dict[str, float] = defaultdict(float)
     duration: dict[str, float] = defaultdict(float)
-    for name, labels, value in _samples(server):
+    o = server.options
+    for name, labels, value in samples(f"{o.client_host}:{o.metrics_port}", 30.0):
         if name == SECONDS:
             seconds[labels["pipeline"]] += value
             entry[labels["pipeline"]] = labels["model"]

@@ -31,8 +31,10 @@ class ModelFigures:
     p99_us: float | None = None
 
 
-def snapshot(metrics_url: str, timeout_s: float = 10.0) -> dict[str, ModelFigures]:
-    """Every model's figures now, summed over versions.
+def samples(metrics_url: str, timeout_s: float = 10.0) -> list[tuple[str, dict[str, str], float]]:
+    """Every sample of Triton's metrics endpoint at ``metrics_url`` (``host:port``):
+    ``(name, labels, value)``, a counter's name without the ``_total`` that
+    prometheus_client's parser adds to its samples.
 
     Raises:
         ClientError: the metrics endpoint does not answer.
@@ -42,24 +44,35 @@ def snapshot(metrics_url: str, timeout_s: float = 10.0) -> dict[str, ModelFigure
             text = r.read().decode()
     except OSError as exc:
         raise ClientError(f"cannot read Triton's metrics at {metrics_url}: {exc}") from exc
+    return [
+        (s.name.removesuffix("_total"), s.labels, s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
+
+
+def snapshot(metrics_url: str, timeout_s: float = 10.0) -> dict[str, ModelFigures]:
+    """Every model's figures now, summed over versions.
+
+    Raises:
+        ClientError: the metrics endpoint does not answer.
+    """
     figures: dict[str, ModelFigures] = defaultdict(ModelFigures)
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            model = s.labels.get("model")
-            if model is None:
-                continue
-            name = s.name.removesuffix("_total")  # the parser adds it to every counter sample
-            if name == "nv_inference_request_success":
-                figures[model].success += s.value
-            elif name == "nv_inference_request_failure":
-                figures[model].failure += s.value
-            elif (
-                s.name == "nv_inference_request_summary_us"
-                and s.labels.get("quantile") == "0.99"
-                and s.value == s.value  # NaN: no request in the summary's window
-            ):
-                old = figures[model].p99_us
-                figures[model].p99_us = s.value if old is None else max(old, s.value)
+    for name, labels, value in samples(metrics_url, timeout_s):
+        model = labels.get("model")
+        if model is None:
+            continue
+        if name == "nv_inference_request_success":
+            figures[model].success += value
+        elif name == "nv_inference_request_failure":
+            figures[model].failure += value
+        elif (
+            name == "nv_inference_request_summary_us"
+            and labels.get("quantile") == "0.99"
+            and value == value  # NaN: no request in the summary's window
+        ):
+            old = figures[model].p99_us
+            figures[model].p99_us = value if old is None else max(old, value)
     return dict(figures)
 
 

@@ -264,6 +264,15 @@ function reply(r, status, value) {
     r.return(status, JSON.stringify(value));
 }
 
+// The request body parsed, or undefined when it is not JSON.
+function bodyJson(r) {
+    try {
+        return JSON.parse(r.requestText || '');
+    } catch (e) {
+        return undefined;
+    }
+}
+
 function checkedRoute(model, value) {
     if (!value || typeof value !== 'object') {
         return 'the body must be a JSON object: {"canary", "weight", "shadow", "agreement"}';
@@ -311,11 +320,9 @@ function admin(r) {
         return reply(r, 200, model === undefined ? all : (all[model] || null));
     }
     if (kind === 'routes' && model !== undefined && r.method === 'PUT') {
-        let value;
-        try {
-            value = JSON.parse(r.requestText || '');
-        } catch (e) {
-            return reply(r, 400, { error: `http guard: the body is not JSON (${e.message})` });
+        const value = bodyJson(r);
+        if (value === undefined) {
+            return reply(r, 400, { error: 'http guard: the body is not JSON' });
         }
         const problem = checkedRoute(model, value);
         if (problem) {
@@ -334,11 +341,9 @@ function admin(r) {
         return reply(r, 200, had);
     }
     if (kind === 'decisions' && model !== undefined && r.method === 'POST') {
-        let value;
-        try {
-            value = JSON.parse(r.requestText || '');
-        } catch (e) {
-            return reply(r, 400, { error: `http guard: the body is not JSON (${e.message})` });
+        const value = bodyJson(r);
+        if (value === undefined) {
+            return reply(r, 400, { error: 'http guard: the body is not JSON' });
         }
         if (!value || !DECISIONS[value.decision] || typeof value.canary !== 'string') {
             return reply(r, 400, { error: 'http guard: a decision is {"decision": "start" | "step" | "promote" | "rollback" | "report", "canary": name, "reason": text}' });

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from benchmarks.results import System
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo_client.control.live_metrics import samples
 
@@ -46,25 +47,40 @@ def feature_costs(server: TritonServer) -> list[dict[str, float | str]]:
     return rows
 
 
-def report_lines(rows: list[dict[str, float | str]]) -> list[str]:
-    """The report's section (empty without rows)."""
+def alone_p50_ms(systems: list[System], pipeline: str) -> float | None:
+    """p50 at concurrency 1 (ms) of the run's first Triton system serving ``pipeline``: what
+    one request costs without queueing."""
+    for system in systems:
+        alone = system.at(1) if system.workload == pipeline else None
+        if alone is not None and system.key.startswith("triton_"):
+            return alone.p50_ms
+    return None
+
+
+def report_lines(rows: list[dict[str, float | str]], systems: list[System]) -> list[str]:
+    """The report's section (empty without rows): the features' time per request against the
+    pipeline's p50 at concurrency 1 in the same run (the mean request duration, all levels,
+    is mostly queueing at the high levels)."""
     if not rows:
         return []
     lines = [
         "## Input features (drift monitoring)",
         "",
         "Time the entry step spent computing and counting a request's input features "
-        "(`tritonrepo_feature_seconds_total`), per request it answered over the whole run, "
-        "against the pipeline's mean request duration (Triton's, all levels):",
+        "(`tritonrepo_feature_seconds_total`), per request it answered over the whole run "
+        "(every level, so under load), against the pipeline's p50 at concurrency 1 in this run "
+        "and its mean request duration (Triton's, all levels):",
         "",
-        "| pipeline | requests | features per request | mean request | share |",
-        "|---|---:|---:|---:|---:|",
+        "| pipeline | requests | features per request | c=1 p50 | share of it | mean request |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        share = f"{100 * float(r['features_us']) / float(r['request_us']):.1f} %" if r[
-            "request_us"] else "–"  # fmt: skip
+        features_us = float(r["features_us"])
+        alone = alone_p50_ms(systems, str(r["pipeline"]))
+        share = f"{features_us / (10 * alone):.1f} %" if alone else "–"
+        alone_text = f"{alone:.1f} ms" if alone else "–"
         lines.append(
-            f"| {r['pipeline']} | {int(float(r['requests'])):,} | {float(r['features_us']):.0f} µs"
-            f" | {float(r['request_us']):.0f} µs | {share} |"
+            f"| {r['pipeline']} | {int(float(r['requests'])):,} | {features_us:.0f} µs"
+            f" | {alone_text} | {share} | {float(r['request_us']) / 1000:.1f} ms |"
         )
     return [*lines, ""]

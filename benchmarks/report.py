@@ -217,7 +217,8 @@ def write(run: Run, targets: list[Target], out_dir: Path) -> Path:
             ]
         lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
         details += [f"### {workload}", "", *detail_table(systems), ""]
-    lines += feature_cost.report_lines(list(run.settings.get("feature_costs", [])))  # type: ignore[call-overload]
+    costs = list(run.settings.get("feature_costs", []))  # type: ignore[call-overload]
+    lines += feature_cost.report_lines(costs, run.systems)
     lines += ["## Every level", "", *details]
     path = out_dir / "report.md"
     path.write_text("\n".join(lines) + "\n")

@@ -82,8 +82,8 @@ class CanaryPolicy:
 
 @dataclass
 class CanaryReport:
-    """What happened: ``decision`` (``promote`` or ``rollback``), ``reason``, and one line per
-    step and window."""
+    """What happened: ``decision`` (``promote``, ``rollback``, or ``report`` after a shadow
+    window alone), ``reason``, and one line per step and window."""
 
     pipeline: str
     model: str
@@ -221,7 +221,8 @@ def canary_rollout(
         say: where each step's line goes.
 
     Returns:
-        The report; ``decision`` is ``promote`` or ``rollback`` (a rollback is not an error).
+        The report; ``decision`` is ``promote``, ``rollback`` (not an error) or, with no
+        ``steps`` (the shadow window alone), ``report``: nothing changed.
 
     Raises:
         CanaryError: it cannot start (not an ensemble step, one version serving, a route

@@ -98,10 +98,15 @@ class GuardRoutes:
         self._call("DELETE", f"/_guard/routes/{model}")
 
     def decide(self, model: str, canary: str, decision: str, weight: float, reason: str) -> None:
-        """Record a decision (``start``, ``step``, ``promote``, ``rollback``): the guard logs it
-        and counts it in ``tritonrepo_canary_decisions_total``."""
+        """Record a decision (``start``, ``step``, ``promote``, ``rollback``, ``report``): the
+        guard logs it and counts it in ``tritonrepo_canary_decisions_total``."""
         body = {"decision": decision, "canary": canary, "weight": weight, "reason": reason}
         self._call("POST", f"/_guard/decisions/{model}", body)
+
+    def decisions(self, model: str) -> list[dict[str, Any]]:
+        """The decisions recorded for ``model``, oldest first: ``t`` (epoch seconds), ``model``,
+        ``canary``, ``decision``, ``weight`` (percent) and ``reason``."""
+        return self._call("GET", f"/_guard/decisions/{model}")
 
     def shadow(self, model: str, since: float = 0.0) -> dict[str, Any]:
         """The shadow comparison of ``model`` with its canary since ``since`` (epoch seconds):

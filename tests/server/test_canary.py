@@ -6,7 +6,9 @@ HTTP guard, under load from client threads that count every failed request:
   promoted: the encoder serves version 2 alone, the canary ensemble and the route are gone;
 * a broken version (version 9, made here from version 1: its embeddings pushed off by a constant
   vector, and four 512 x 512 matrix products added to every run) is rolled back by itself on
-  the shadow comparison's agreement, and the encoder serves version 1 alone again.
+  the shadow comparison's agreement, and the encoder serves version 1 alone again;
+* a shadow window alone (the command line's ``--steps ''``) reports the comparison and changes
+  nothing.
 
 No request of the load fails in either. The server is a throwaway one (a reload of an ensemble
 under load may hit Triton 2.51's known crash, docs/known_issues.md), on a model repository of
@@ -33,6 +35,7 @@ from tritonrepo.server.http_guard import guard_available
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo.text import spec
 from tritonrepo_client import ClientError, RepositoryClient, RouteTable, TritonConnection
+from tritonrepo_client.cli.app import main as cli
 from tritonrepo_client.control.canary import CANARY_SUFFIX, CanaryPolicy, canary_rollout
 from tritonrepo_client.control.guard_routes import GuardRoutes, Route
 
@@ -194,6 +197,42 @@ def test_a_broken_version_is_rolled_back_by_itself_under_load(server):
     assert spec.ENSEMBLE + CANARY_SUFFIX not in loaded and left == {}
     text = guard_metrics(server)
     assert 'decision="rollback"} 1' in text
+
+
+def test_a_shadow_window_alone_reports_and_changes_nothing(server, tmp_path, capsys):
+    """``tritonrepo-client canary --steps ''``: the guard copies a share of the load to version
+    2's canary and compares the answers; the command reports the figures (exit 0, decision
+    ``report``), moves no request to the canary, and leaves the encoder on version 1 alone."""
+    o = server.options
+    key_file = tmp_path / "repository.key"
+    key_file.write_text(o.repository_key or "")
+    argv = [
+        "--url", o.http_url, "--repository-key-file", str(key_file),
+        "canary", spec.ENSEMBLE, "--model", spec.ENCODER_MODEL, "--version", "2",
+        "--steps", "", "--shadow", "30", "--window", str(POLICY.window_s),
+        "--min-requests", str(POLICY.min_requests), "--max-p99-ratio", str(POLICY.max_p99_ratio),
+        "--metrics-url", f"127.0.0.1:{o.metrics_port}",
+    ]  # fmt: skip
+    with (
+        RepositoryClient(o.http_url, "http", key=o.repository_key) as repo,
+        Load(o.http_url) as load,
+    ):
+        code = cli(argv)
+        serving = repo.versions(spec.ENCODER_MODEL)
+        loaded = {r.name for r in repo.index() if r.state == "READY"}
+        routes = GuardRoutes(o.http_url, repo.headers)
+        made = [d["decision"] for d in routes.decisions(spec.ENSEMBLE)]
+        left = routes.routes()
+    out = capsys.readouterr().out
+    print(out, f"load: {dict(load.counts)}")
+    assert code == 0, out
+    assert f"{spec.ENSEMBLE}: report of {spec.ENCODER_MODEL} version 2 (was 1)" in out
+    assert "window at 0 %" in out and "shadow window passed" in out
+    assert made == ["start", "report"], made
+    assert serving == [1]
+    assert spec.ENSEMBLE + CANARY_SUFFIX not in loaded and left == {}
+    assert set(load.counts) == {"ok"} and load.counts["ok"] > 50, load.counts
+    assert 'decision="report"} 1' in guard_metrics(server)
 
 
 def test_grpc_clients_follow_the_guards_routes(server):

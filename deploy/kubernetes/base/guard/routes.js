@@ -421,7 +421,7 @@ function metrics(r) {
         const key = `${d.model}\u0000${d.canary}\u0000${d.decision}`;
         decisions[key] = (decisions[key] || 0) + 1;
     }
-    out.push('# HELP tritonrepo_canary_decisions_total Decisions of canary rollouts (start, step, promote, rollback).');
+    out.push('# HELP tritonrepo_canary_decisions_total Decisions of canary rollouts (start, step, promote, rollback, report).');
     out.push('# TYPE tritonrepo_canary_decisions_total counter');
     const keys = Object.keys(decisions);
     for (let i = 0; i < keys.length; i++) {

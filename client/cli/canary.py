@@ -8,7 +8,7 @@ import argparse
 from tritonrepo_client.cli.control import _repository
 from tritonrepo_client.control.canary import CanaryPolicy, canary_rollout
 from tritonrepo_client.control.guard_routes import GuardRoutes
-from tritonrepo_client.core import DEFAULT_URLS
+from tritonrepo_client.core import resolve_url
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -64,7 +64,7 @@ def canary_command(args: argparse.Namespace) -> int:
     )
     if args.protocol != "http":
         raise ValueError("canary works through the HTTP guard: use --protocol http (the default)")
-    args.url = args.url or DEFAULT_URLS["http"]
+    args.url = resolve_url(args.url, "http", None)
     metrics_url = args.metrics_url or f"{args.url.rpartition(':')[0]}:8002"
     with _repository(args) as repo:
         routes = GuardRoutes(args.url, repo.headers, args.timeout)

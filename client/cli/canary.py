@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from tritonrepo_client.cli.control import _repository
-from tritonrepo_client.control.canary import CanaryPolicy, canary_rollout
+from tritonrepo_client.control.canary import P99_REQUESTS, CanaryPolicy, canary_rollout
 from tritonrepo_client.control.guard_routes import GuardRoutes
 from tritonrepo_client.core import resolve_url
 
@@ -35,7 +35,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--window", type=float, default=60.0, help="analysis window per step, s")
     cmd.add_argument("--min-requests", type=int, default=20)
     cmd.add_argument("--max-error-ratio-delta", type=float, default=0.01)
-    cmd.add_argument("--max-p99-ratio", type=float, default=2.0)
+    cmd.add_argument(
+        "--max-p99-ratio",
+        type=float,
+        default=2.0,
+        help="the canary's p99 may be this many times the serving version's (its p50, while "
+        f"it has had fewer than {P99_REQUESTS} requests in the window)",
+    )
     cmd.add_argument(
         "--min-agreement",
         type=float,

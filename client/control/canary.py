@@ -15,8 +15,10 @@ promoted or rolled back by itself.
    requests to the canary ensemble and watches one analysis window: Triton's per-model
    request, failure and p99 figures of both ensembles, and the shadow comparison;
 4. **decide**: the canary is rolled back at once when it fails more than the serving version
-   (by ``max_error_ratio_delta``), its p99 is over ``max_p99_ratio`` times the serving one's, or
-   its answers agree less than ``min_agreement``; after the last step it is promoted;
+   (by ``max_error_ratio_delta``), its latency is over ``max_p99_ratio`` times the serving one's
+   (:func:`slower`: the p99, or the p50 while the canary has had fewer than 100 requests in the
+   window), or its answers agree less than ``min_agreement``; after the last step it is
+   promoted;
 5. **promote**: the pipeline is pinned to N, the route removed, the canary ensemble unloaded,
    ``model`` serves N alone and the pipeline's own config is loaded back. **Roll back**: the
    route removed, the canary ensemble unloaded, ``model`` serves ``old`` alone, the pipeline's
@@ -46,6 +48,9 @@ from tritonrepo_client.control.rollout import with_policy
 CANARY_SUFFIX = "__canary"
 AGREEMENT_PARAMETER = "tritonrepo_canary"  # the pipeline's declared agreement (JSON)
 PLACEHOLDER = "file:1/.canary"  # an ensemble needs a version folder; Triton makes it from this
+# Requests a window needs before the canary's p99 is compared: the 0.99 quantile of fewer is
+# their slowest one (rank ceil(0.99 n) = n for n < 100), so one request held up would decide.
+P99_REQUESTS = 100
 
 
 class CanaryError(ClientError):
@@ -65,7 +70,8 @@ class CanaryPolicy:
         min_requests: canary requests a window needs before it may pass (fewer: it is
             extended, up to twice).
         max_error_ratio_delta: the canary's failed share may exceed the serving one's by this.
-        max_p99_ratio: the canary's p99 may be this many times the serving one's.
+        max_p99_ratio: the canary's p99 (its p50 while it has had fewer than ``P99_REQUESTS``
+            requests in the window) may be this many times the serving one's.
         min_agreement: the smallest agreement of a compared answer (None: the pipeline's
             declared ``min``, or no agreement check).
     """
@@ -126,6 +132,32 @@ def declared_agreement(config: dict[str, Any]) -> dict[str, Any] | None:
     return json.loads(text) if text else None
 
 
+def slower(
+    window: Window, pipeline: str, canary: str, requests: float, policy: CanaryPolicy
+) -> str | None:
+    """Why the canary is too slow after ``window`` (``requests`` of its own in it), or None.
+
+    Latency is judged once the canary has had ``policy.min_requests`` requests: its p99 against
+    the serving version's from ``P99_REQUESTS`` requests on, its p50 against the serving one's
+    before. A p99 of fewer requests is their slowest one, and a single request held up (a
+    host's hiccup, or Triton's batcher waiting out its 500 ms with a queue policy:
+    docs/known_issues.md) is not a slow version. Both quantiles are Triton's own summaries
+    (:mod:`tritonrepo_client.control.live_metrics`).
+    """
+    if requests < policy.min_requests:
+        return None
+    label, worst = ("p99", window.worst_p99_us)
+    if requests < P99_REQUESTS:
+        label, worst = ("p50", window.worst_p50_us)
+    ours, theirs = worst.get(canary), worst.get(pipeline)
+    if ours and theirs and ours > policy.max_p99_ratio * theirs:
+        return (
+            f"the canary's {label} is {ours / 1000:.1f} ms over {requests:.0f} requests, over "
+            f"{policy.max_p99_ratio:g} x the serving version's {theirs / 1000:.1f} ms"
+        )
+    return None
+
+
 def judge(
     window: Window,
     pipeline: str,
@@ -144,12 +176,9 @@ def judge(
             f"the canary failed {failed:.0f} of {requests:.0f} requests ({ratio:.1%}); the "
             f"serving version {served_ratio:.1%}"
         )
-    ours, theirs = window.worst_p99_us.get(canary), window.worst_p99_us.get(pipeline)
-    if ours and theirs and ours > policy.max_p99_ratio * theirs:
-        return (
-            f"the canary's p99 is {ours / 1000:.1f} ms, over {policy.max_p99_ratio:g} x "
-            f"the serving version's {theirs / 1000:.1f} ms"
-        )
+    too_slow = slower(window, pipeline, canary, requests, policy)
+    if too_slow:
+        return too_slow
     if shadow.get("canary_failed"):
         return f"the canary failed {shadow['canary_failed']} of {shadow['compared']} shadow copies"
     low = shadow.get("agreement_min")

@@ -2,12 +2,12 @@
 and latency, for comparing a canary with the model it may replace.
 
 ``nv_inference_request_success`` / ``nv_inference_request_failure`` are counters: the window's
-figures are differences of two snapshots. The p99 is Triton's own summary
-(``nv_inference_request_summary_us{quantile="0.99"}``, with ``--metrics-config
-summary_latencies=true``, which the launcher sets): a sliding window of its own, read at each
-snapshot; the window's p99 is the largest read. Triton 2.51 counts each failed request of an
-ensemble twice in ``nv_inference_request_failure`` (docs/operations/monitoring.md), so an
-ensemble's failures are halved here.
+figures are differences of two snapshots. The p50 and p99 are Triton's own summary
+(``nv_inference_request_summary_us{quantile="0.5"|"0.99"}``, with ``--metrics-config
+summary_latencies=true`` and the quantiles the launcher sets): a sliding window of its own, read
+at each snapshot; the window's p50 and p99 are the largest read. Triton 2.51 counts each failed
+request of an ensemble twice in ``nv_inference_request_failure``
+(docs/operations/monitoring.md), so an ensemble's failures are halved here.
 """
 
 from __future__ import annotations
@@ -20,14 +20,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tritonrepo_client.connection import ClientError
 
+QUANTILES = {"0.5": "p50_us", "0.99": "p99_us"}  # the summary's quantiles read, by label
+
 
 @dataclass
 class ModelFigures:
-    """A model's counters at one moment: ``success``, ``failure`` (requests), ``p99_us`` (the
-    summary's 0.99 quantile, None when it has none)."""
+    """A model's counters at one moment: ``success``, ``failure`` (requests), ``p50_us`` and
+    ``p99_us`` (the summary's 0.5 and 0.99 quantiles, µs; None when it has none)."""
 
     success: float = 0.0
     failure: float = 0.0
+    p50_us: float | None = None
     p99_us: float | None = None
 
 
@@ -68,11 +71,12 @@ def snapshot(metrics_url: str, timeout_s: float = 10.0) -> dict[str, ModelFigure
             figures[model].failure += value
         elif (
             name == "nv_inference_request_summary_us"
-            and labels.get("quantile") == "0.99"
+            and labels.get("quantile") in QUANTILES
             and value == value  # NaN: no request in the summary's window
         ):
-            old = figures[model].p99_us
-            figures[model].p99_us = value if old is None else max(old, value)
+            attribute = QUANTILES[labels["quantile"]]
+            old = getattr(figures[model], attribute)
+            setattr(figures[model], attribute, value if old is None else max(old, value))
     return dict(figures)
 
 
@@ -82,12 +86,15 @@ class Window:
 
     start: dict[str, ModelFigures]
     last: dict[str, ModelFigures] = field(default_factory=dict)
+    worst_p50_us: dict[str, float] = field(default_factory=dict)
     worst_p99_us: dict[str, float] = field(default_factory=dict)
 
     def add(self, now: dict[str, ModelFigures]) -> None:
-        """Take a later snapshot (its p99s count towards the window's worst)."""
+        """Take a later snapshot (its p50s and p99s count towards the window's worst)."""
         self.last = now
         for model, f in now.items():
+            if f.p50_us is not None:
+                self.worst_p50_us[model] = max(self.worst_p50_us.get(model, 0.0), f.p50_us)
             if f.p99_us is not None:
                 self.worst_p99_us[model] = max(self.worst_p99_us.get(model, 0.0), f.p99_us)
 

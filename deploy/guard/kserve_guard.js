@@ -5,6 +5,8 @@
 //   jsonBody(r)  every other POST (repository, trace, logging, shared-memory APIs)
 //   keyed(r)     (js_set $guard_keyed) "1" when the request carries the repository key: a
 //                repository load request that does may be large (a rollout's upload mode)
+//   unlocked(r)  (js_set $guard_unlocked) "1" when the request may change the guard's routes:
+//                it carries the key, or the server has none
 // Each handler either refuses the request (400 and {"error": "..."}, the way Triton's HTTP
 // frontend phrases its errors) or hands it to the location @triton, body unchanged, or, for an
 // infer request whose queue timeout the guard lowers (see queueTimeout), to @triton_deadline with
@@ -543,7 +545,8 @@ function jsonBody(r) {
 
 // The repository key the server was started with: $TRITONREPO_REPOSITORY_KEY, or the first
 // line of the file $TRITONREPO_REPOSITORY_KEY_FILE names (nginx passes both on through its
-// `env` directives); '' when neither gives one.
+// `env` directives); null when neither is set (a server without a key), '' when the file
+// cannot be read (no request holds that key).
 function repositoryKey() {
     const env = process.env;
     if (env.TRITONREPO_REPOSITORY_KEY) {
@@ -556,12 +559,13 @@ function repositoryKey() {
             return '';
         }
     }
-    return '';
+    return null;
 }
 
 // "1" when the x-model-repository-key header equals the server's key (compared in time that
-// does not depend on where they differ), else "0". Evaluated before the body is read, so a
-// large body is only read for a key holder.
+// does not depend on where they differ), else "0" (also when the server has no key, or its key
+// file cannot be read). Evaluated before the body is read, so a large body is only read for a
+// key holder.
 function keyed(r) {
     const key = repositoryKey();
     const given = r.headersIn['x-model-repository-key'] || '';
@@ -575,4 +579,12 @@ function keyed(r) {
     return diff === 0 ? '1' : '0';
 }
 
-export default { infer, jsonBody, keyed };
+// "1" when the request may change the guard's routes: it holds the key, or the server was
+// started without one (--no-repository-key leaves Triton's admin APIs open to every caller,
+// and the guard's with them). A key file that cannot be read locks them. Large repository
+// loads still need the key itself (keyed): without it they keep the guard's JSON checks.
+function unlocked(r) {
+    return repositoryKey() === null ? '1' : keyed(r);
+}
+
+export default { infer, jsonBody, keyed, unlocked };

@@ -12,7 +12,8 @@
 //   choose(r)    from kserve_guard.js, for POST /v2/models/<m>/infer (no version in the path)
 //   shadow(r)    the mirror subrequest of a request chosen for shadowing (location
 //                /_guard/shadow): both models answer it, the answers are compared and logged
-//   admin(r)     /_guard/routes[/<m>] (GET; PUT and DELETE with the repository key),
+//   admin(r)     /_guard/routes[/<m>] (GET; PUT and DELETE with the repository key, which
+//                a server started without one does not ask for: kserve_guard.js unlocked),
 //                /_guard/decisions/<m> (POST with the key), /_guard/shadow/<m> (GET: the
 //                comparison's summary; DELETE with the key: start over)
 //   metrics(r)   GET /_guard/metrics: Prometheus text of the above
@@ -311,7 +312,7 @@ function admin(r) {
         return reply(r, 400, { error: `http guard: '${model}' is not a model name` });
     }
     const writes = r.method !== 'GET';
-    if (writes && r.variables.guard_keyed !== '1') {
+    if (writes && r.variables.guard_unlocked !== '1') {
         return reply(r, 403, { error: 'http guard: changing routes needs the repository key (x-model-repository-key)' });
     }
     const file = r.variables.guard_routes_file;

@@ -31,6 +31,7 @@ from tritonrepo.paths import BUILD_DIR, REPO_ROOT
 from tritonrepo.server import http_guard_config
 from tritonrepo.server.http_guard import HttpGuard, guard_available
 from tritonrepo.server.launcher import LaunchError, TritonServer, free_port
+from tritonrepo_client.control.guard_routes import GuardRoutes, GuardRoutesError, Route
 
 MODELS = ("text_embedding", "image_classification")
 TEXT_PATH = "/v2/models/text_embedding/infer"
@@ -265,6 +266,27 @@ def test_key_holders_load_requests_may_be_large(server) -> None:
         status, answer = post(small.listen_port, path, huge, server.options.repository_headers)
         assert status == 413 and "repository load request larger than 1048576" in answer["error"]
     assert_alive(server)
+
+
+def test_route_changes_need_the_key_the_guard_was_started_with(server, guard) -> None:
+    """A guard started with the server's key refuses route changes without it (403) and takes
+    them with it; one started without a key (a server run with --no-repository-key, whose
+    admin APIs are open) takes them from any caller."""
+    route = Route("text_embedding__canary", 0.0, 0.0)
+    with HttpGuard("127.0.0.1", free_port(), server.options.http_port, RUN_DIR / "keyed",
+                   repository_key=server.options.repository_key) as keyed:  # fmt: skip
+        url = f"127.0.0.1:{keyed.listen_port}"
+        with pytest.raises(GuardRoutesError, match=r"403: .*repository key"):
+            GuardRoutes(url, {}).set("text_embedding", route)
+        holder = GuardRoutes(url, server.options.repository_headers)
+        holder.set("text_embedding", route)
+        assert GuardRoutes(url, {}).routes()["text_embedding"] == route
+        holder.remove("text_embedding")
+    anyone = GuardRoutes(f"127.0.0.1:{guard.listen_port}", {})
+    anyone.set("text_embedding", route)
+    assert anyone.routes()["text_embedding"] == route
+    anyone.remove("text_embedding")
+    assert "text_embedding" not in anyone.routes()
 
 
 def test_json_larger_than_the_parse_cap_is_413(server) -> None:

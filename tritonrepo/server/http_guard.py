@@ -38,7 +38,7 @@ from tritonrepo.server.http_guard_config import (
     write_run_dir,
 )
 from tritonrepo.server.nginx_process import INSTALL_HINT, NginxProcess, nginx_binary
-from tritonrepo.server.repository_key import ENV_KEY
+from tritonrepo.server.repository_key import ENV_KEY, ENV_KEY_FILE
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "HttpGuard", "guard_available", "nginx_binary"]
 
@@ -113,12 +113,13 @@ class HttpGuard(NginxProcess):
         """:func:`guard_available`: nginx and its njs module."""
         return guard_available()
 
-    def environment(self) -> dict[str, str] | None:
+    def environment(self) -> dict[str, str]:
         """The launcher's environment with ``TRITONREPO_REPOSITORY_KEY`` set to the server's
-        key (kserve_guard.js reads it; nginx passes only the variables its config names)."""
-        if not self.repository_key:
-            return None
-        return {**os.environ, ENV_KEY: self.repository_key}
+        key (kserve_guard.js reads it; nginx passes only the variables its config names), or,
+        for a server without a key, with neither key variable (the guard's admin APIs are open
+        like Triton's)."""
+        env = {k: v for k, v in os.environ.items() if k not in (ENV_KEY, ENV_KEY_FILE)}
+        return {**env, ENV_KEY: self.repository_key} if self.repository_key else env
 
     def write_config(self) -> Path:
         """Render nginx.conf and copy the njs script into ``run_dir``."""

@@ -16,9 +16,9 @@ promoted or rolled back by itself.
    request, failure and p99 figures of both ensembles, and the shadow comparison;
 4. **decide**: the canary is rolled back at once when it fails more than the serving version
    (by ``max_error_ratio_delta``), its latency is over ``max_p99_ratio`` times the serving one's
-   (:func:`slower`: the p99, or the p50 while the canary has had fewer than 100 requests in the
-   window), or its answers agree less than ``min_agreement``; after the last step it is
-   promoted;
+   (:func:`slower`: on the shadow copies, which both answer at once, or on Triton's figures
+   without enough of them; the p99, or the p50 while there are fewer than 1,000 requests), or its
+   answers agree less than ``min_agreement``; after the last step it is promoted;
 5. **promote**: the pipeline is pinned to N, the route removed, the canary ensemble unloaded,
    ``model`` serves N alone and the pipeline's own config is loaded back. **Roll back**: the
    route removed, the canary ensemble unloaded, ``model`` serves ``old`` alone, the pipeline's
@@ -48,9 +48,11 @@ from tritonrepo_client.control.rollout import with_policy
 CANARY_SUFFIX = "__canary"
 AGREEMENT_PARAMETER = "tritonrepo_canary"  # the pipeline's declared agreement (JSON)
 PLACEHOLDER = "file:1/.canary"  # an ensemble needs a version folder; Triton makes it from this
-# Requests a window needs before the canary's p99 is compared: the 0.99 quantile of fewer is
-# their slowest one (rank ceil(0.99 n) = n for n < 100), so one request held up would decide.
-P99_REQUESTS = 100
+# Requests a window needs before the canary's p99 is compared (its p50 before): ten of them
+# above the 0.99 quantile. Of fewer than 100 the 0.99 quantile is the slowest one; of a few
+# hundred it is decided by whether two or three requests were held up (on Triton often: a
+# batcher waits out 500 ms now and then, docs/known_issues.md), on either version.
+P99_REQUESTS = 1000
 
 
 class CanaryError(ClientError):
@@ -133,27 +135,41 @@ def declared_agreement(config: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def slower(
-    window: Window, pipeline: str, canary: str, requests: float, policy: CanaryPolicy
+    window: Window,
+    shadow: dict[str, Any],
+    pipeline: str,
+    canary: str,
+    requests: float,
+    policy: CanaryPolicy,
 ) -> str | None:
-    """Why the canary is too slow after ``window`` (``requests`` of its own in it), or None.
+    """Why the canary is too slow after ``window``, or None.
 
-    Latency is judged once the canary has had ``policy.min_requests`` requests: its p99 against
-    the serving version's from ``P99_REQUESTS`` requests on, its p50 against the serving one's
-    before. A p99 of fewer requests is their slowest one, and a single request held up (a
-    host's hiccup, or Triton's batcher waiting out its 500 ms with a queue policy:
-    docs/known_issues.md) is not a slow version. Both quantiles are Triton's own summaries
-    (:mod:`tritonrepo_client.control.live_metrics`).
+    The latencies compared are those of the shadow copies (``shadow``, the guard's summary of
+    the window) once there are ``policy.min_requests`` of them: each copy is answered by both
+    versions at once, so the two see the same inputs under the same load. Without enough copies
+    they are Triton's own summaries of the canary ensemble (``requests`` in the window) and of
+    the pipeline (:mod:`tritonrepo_client.control.live_metrics`), from ``policy.min_requests``
+    canary requests on. Either way the p99 is compared from ``P99_REQUESTS`` requests on and
+    the p50 before: a p99 of fewer rests on a few requests held up (a host's hiccup, or
+    Triton's batcher waiting out its 500 ms with a queue policy: docs/known_issues.md), which
+    do not make a version slow.
     """
-    if requests < policy.min_requests:
+    copies = shadow.get("compared") or 0
+    if copies >= policy.min_requests:
+        label = "p99" if copies >= P99_REQUESTS else "p50"
+        ours, theirs = shadow.get(f"canary_{label}_ms"), shadow.get(f"stable_{label}_ms")
+        basis = f"{copies} shadow copies"
+    elif requests >= policy.min_requests:
+        label = "p99" if requests >= P99_REQUESTS else "p50"
+        worst_us = window.worst_p99_us if label == "p99" else window.worst_p50_us
+        ours, theirs = worst_us.get(canary, 0.0) / 1000, worst_us.get(pipeline, 0.0) / 1000
+        basis = f"{requests:.0f} requests"
+    else:
         return None
-    label, worst = ("p99", window.worst_p99_us)
-    if requests < P99_REQUESTS:
-        label, worst = ("p50", window.worst_p50_us)
-    ours, theirs = worst.get(canary), worst.get(pipeline)
     if ours and theirs and ours > policy.max_p99_ratio * theirs:
         return (
-            f"the canary's {label} is {ours / 1000:.1f} ms over {requests:.0f} requests, over "
-            f"{policy.max_p99_ratio:g} x the serving version's {theirs / 1000:.1f} ms"
+            f"the canary's {label} is {ours:.1f} ms over {basis}, over "
+            f"{policy.max_p99_ratio:g} x the serving version's {theirs:.1f} ms"
         )
     return None
 
@@ -176,7 +192,7 @@ def judge(
             f"the canary failed {failed:.0f} of {requests:.0f} requests ({ratio:.1%}); the "
             f"serving version {served_ratio:.1%}"
         )
-    too_slow = slower(window, pipeline, canary, requests, policy)
+    too_slow = slower(window, shadow, pipeline, canary, requests, policy)
     if too_slow:
         return too_slow
     if shadow.get("canary_failed"):
@@ -216,12 +232,17 @@ def _watch(
             break
     if why is None and requests < policy.min_requests:
         why = f"only {requests:.0f} canary requests in the window (needs {policy.min_requests})"
+
+    def ms(worst_us: dict[str, float], model: str) -> str:
+        return f"{worst_us.get(model, 0) / 1000:.1f}"
+
     figures = (
-        f"canary {requests:.0f} requests, {failed:.0f} failed, p99 "
-        f"{window.worst_p99_us.get(canary, 0) / 1000:.1f} ms (serving "
-        f"{window.worst_p99_us.get(pipeline, 0) / 1000:.1f} ms); shadow "
+        f"canary {requests:.0f} requests, {failed:.0f} failed, p50/p99 "
+        f"{ms(window.worst_p50_us, canary)}/{ms(window.worst_p99_us, canary)} ms (serving "
+        f"{ms(window.worst_p50_us, pipeline)}/{ms(window.worst_p99_us, pipeline)} ms); shadow "
         f"{shadow.get('compared', 0)} compared, agreement min {shadow.get('agreement_min')}, "
-        f"p99 {shadow.get('canary_p99_ms')} ms (serving {shadow.get('stable_p99_ms')} ms)"
+        f"p50/p99 {shadow.get('canary_p50_ms')}/{shadow.get('canary_p99_ms')} ms (serving "
+        f"{shadow.get('stable_p50_ms')}/{shadow.get('stable_p99_ms')} ms)"
     )
     return why, figures
 

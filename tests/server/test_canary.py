@@ -42,10 +42,11 @@ from tritonrepo_client.control.guard_routes import GuardRoutes, Route
 pytestmark = pytest.mark.server
 
 BROKEN = 9
-# Short windows for a test; the p99 bound is loose (4x) because two encoder versions' stubs
-# share two cores with the load here, and a window has few canary requests.
+# Short windows for a test; the latency bound is loose (4x) because two encoder versions' stubs
+# share two cores with the load here. Latency is judged from 20 canary requests on (the p50
+# below 1,000), so a few requests held up by Triton's batcher waits do not decide.
 POLICY = CanaryPolicy(
-    steps=(10.0, 50.0), shadow=20.0, window_s=8.0, interval_s=1.0, min_requests=5,
+    steps=(10.0, 50.0), shadow=20.0, window_s=8.0, interval_s=1.0, min_requests=20,
     max_p99_ratio=4.0,
 )  # fmt: skip
 TEXTS = [f"request number {i} about a cat on a mat" for i in range(50)]

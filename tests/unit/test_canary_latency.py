@@ -1,52 +1,86 @@
 """The canary's latency rule (tritonrepo_client.control.canary.slower) without a server: which
-quantile of Triton's summaries is compared for how many canary requests, and that one request
-held up does not roll a version back while a version slow at its median does."""
+figures are compared (the shadow copies, both versions answering each at once, or else Triton's
+summaries), which quantile for how many requests, and that requests held up by a wait both
+versions share do not roll a version back while a version slow at its median does."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from tritonrepo_client.control.canary import P99_REQUESTS, CanaryPolicy, slower
 from tritonrepo_client.control.live_metrics import ModelFigures, Window
 
 POLICY = CanaryPolicy(min_requests=20, max_p99_ratio=4.0)
 SERVING, CANARY = "text_embedding", "text_embedding__canary"
+NO_COPIES: dict[str, Any] = {}
 
 
 def window(canary_requests: int, canary_p50_ms: float, canary_p99_ms: float) -> Window:
-    """A window in which the serving pipeline answered 1,000 requests (p50 15 ms, p99 100 ms)
-    and the canary ``canary_requests`` with the given quantiles."""
-    start = {SERVING: ModelFigures(), CANARY: ModelFigures()}
-    w = Window(start)
+    """A window in which the serving pipeline answered 1,000 requests (p50 15 ms, p99 73 ms)
+    and the canary ``canary_requests`` with the given quantiles (Triton's summaries)."""
+    w = Window({SERVING: ModelFigures(), CANARY: ModelFigures()})
     w.add({
-        SERVING: ModelFigures(success=1000, p50_us=15_000, p99_us=100_000),
+        SERVING: ModelFigures(success=1000, p50_us=15_000, p99_us=73_000),
         CANARY: ModelFigures(success=canary_requests, p50_us=canary_p50_ms * 1000,
                              p99_us=canary_p99_ms * 1000),
     })  # fmt: skip
     return w
 
 
-def judged(canary_requests: int, p50_ms: float, p99_ms: float) -> str | None:
-    w = window(canary_requests, p50_ms, p99_ms)
+def copies(n: int, canary_ms: tuple[float, float], stable_ms: tuple[float, float]) -> dict:
+    """The guard's summary of ``n`` shadow copies: (p50, p99) of each version, ms."""
+    return {
+        "compared": n,
+        "canary_p50_ms": canary_ms[0],
+        "canary_p99_ms": canary_ms[1],
+        "stable_p50_ms": stable_ms[0],
+        "stable_p99_ms": stable_ms[1],
+    }
+
+
+def judged(w: Window, shadow: dict[str, Any]) -> str | None:
     requests, _ = w.requests(CANARY, ensemble=True)
-    return slower(w, SERVING, CANARY, requests, POLICY)
+    return slower(w, shadow, SERVING, CANARY, requests, POLICY)
 
 
 def test_one_request_held_up_among_few_does_not_roll_back() -> None:
-    # 50 requests: Triton's 0.99 quantile is the slowest one (a 524 ms batcher wait).
-    assert judged(50, p50_ms=18.0, p99_ms=524.0) is None
+    # 50 requests: Triton's 0.99 quantile is the slowest one (a 524 ms batcher wait); of 500,
+    # the fifth slowest.
+    assert judged(window(50, 18.0, 524.0), NO_COPIES) is None
+    assert judged(window(500, 18.0, 524.0), NO_COPIES) is None
 
 
 def test_a_version_slow_at_its_median_rolls_back_before_100_requests() -> None:
-    why = judged(50, p50_ms=80.0, p99_ms=524.0)
+    why = judged(window(50, 80.0, 524.0), NO_COPIES)
     assert why is not None and why.startswith("the canary's p50 is 80.0 ms over 50 requests")
     assert "4 x the serving version's 15.0 ms" in why
 
 
 def test_the_p99_is_compared_from_100_requests_on() -> None:
-    why = judged(P99_REQUESTS, p50_ms=18.0, p99_ms=524.0)
-    assert why is not None and why.startswith("the canary's p99 is 524.0 ms over 100 requests")
-    assert judged(P99_REQUESTS, p50_ms=18.0, p99_ms=390.0) is None  # under 4 x 100 ms
+    assert judged(window(P99_REQUESTS - 1, 18.0, 524.0), NO_COPIES) is None
+    why = judged(window(P99_REQUESTS, 18.0, 524.0), NO_COPIES)
+    assert why is not None and why.startswith("the canary's p99 is 524.0 ms over 1000 requests")
+    assert judged(window(P99_REQUESTS, 18.0, 290.0), NO_COPIES) is None  # under 4 x 73 ms
 
 
 def test_latency_is_not_judged_before_the_policys_minimum_of_requests() -> None:
-    assert judged(POLICY.min_requests - 1, p50_ms=500.0, p99_ms=900.0) is None
-    assert judged(POLICY.min_requests, p50_ms=500.0, p99_ms=900.0) is not None
+    assert judged(window(POLICY.min_requests - 1, 500.0, 900.0), NO_COPIES) is None
+    assert judged(window(POLICY.min_requests, 500.0, 900.0), NO_COPIES) is not None
+
+
+def test_shadow_copies_are_compared_with_their_twins_not_with_the_live_requests() -> None:
+    # Seen on 2 cores: the copies (the canary's only requests in the shadow window) waited out
+    # the batcher's 500 ms on both versions, the live requests rarely.
+    w = window(1370, 20.0, 516.7)
+    assert judged(w, copies(1370, (21.0, 527.0), (20.0, 524.0))) is None
+    why = judged(w, copies(1370, (21.0, 2400.0), (20.0, 524.0)))
+    assert why is not None
+    assert why.startswith("the canary's p99 is 2400.0 ms over 1370 shadow copies")
+    assert judged(window(137, 20.0, 60.0), copies(137, (21.0, 521.0), (20.0, 64.0))) is None
+    why = judged(window(137, 20.0, 60.0), copies(50, (90.0, 200.0), (20.0, 60.0)))
+    assert why is not None and why.startswith("the canary's p50 is 90.0 ms over 50 shadow copies")
+
+
+def test_triton_figures_stand_in_while_there_are_too_few_copies() -> None:
+    why = judged(window(150, 80.0, 524.0), copies(POLICY.min_requests - 1, (20, 30), (20, 30)))
+    assert why is not None and why.startswith("the canary's p50 is 80.0 ms over 150 requests")

@@ -89,18 +89,17 @@ function pass(r, rewrite) {
     if (choice && choice.kind === 'canary') {
         r.variables.guard_route = choice.uri;
     }
+    const shadowed = choice && choice.kind === 'shadow';
+    if (shadowed) {
+        r.variables.guard_shadow_model = choice.model;
+    }
     if (!rewrite) {
-        if (choice && choice.kind === 'shadow') {
-            r.variables.guard_shadow_model = choice.model;
-            r.internalRedirect('@triton_shadowed');
-            return;
-        }
-        r.internalRedirect('@triton');
+        r.internalRedirect(shadowed ? '@triton_shadowed' : '@triton');
         return;
     }
     r.variables.guard_body = rewrite.body;
     r.variables.guard_header_length = rewrite.headerGiven ? String(rewrite.jsonBytes) : '';
-    r.internalRedirect('@triton_deadline');
+    r.internalRedirect(shadowed ? '@triton_deadline_shadowed' : '@triton_deadline');
 }
 
 function isObject(v) {

@@ -289,6 +289,41 @@ def test_route_changes_need_the_key_the_guard_was_started_with(server, guard) ->
     assert "text_embedding" not in anyone.routes()
 
 
+def test_every_request_chosen_for_shadowing_is_copied_whatever_its_timeout(server, guard):
+    """With a route copying 100 % of text_embedding's requests, each one is copied to the
+    shadow comparison: plain tritonclient requests (no timeout of their own: the guard sets
+    one), requests with a ``timeout`` parameter, and one with a Triton-Timeout-Ms header. The
+    "canary" here is image_classification, which fails every text copy: copying is what is
+    counted, and each caller still gets its embedding."""
+    routes = GuardRoutes(f"127.0.0.1:{guard.listen_port}", {})
+    routes.clear_shadow("text_embedding")
+    routes.set("text_embedding", Route("image_classification", 0.0, 100.0))
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{guard.listen_port}")
+    try:
+        text = httpclient.InferInput("TEXT", [1, 1], "BYTES")
+        text.set_data_from_numpy(np.array([[b"a copied text"]], dtype=object))
+        sent = [
+            client.infer("text_embedding", [text]),
+            client.infer("text_embedding", [text]),
+            client.infer("text_embedding", [text], timeout=30_000_000),
+            client.infer("text_embedding", [text], timeout=30_000_000),
+            client.infer("text_embedding", [text], headers={"Triton-Timeout-Ms": "30000"}),
+        ]
+        assert all(r.as_numpy("EMBEDDING").shape == (1, 384) for r in sent)
+        deadline = time.monotonic() + 30.0
+        summary = routes.shadow("text_embedding")
+        while summary["compared"] < len(sent) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            summary = routes.shadow("text_embedding")
+        assert summary["compared"] == len(sent), summary
+        assert summary["stable_failed"] == 0 and summary["canary_failed"] == len(sent), summary
+    finally:
+        client.close()
+        routes.remove("text_embedding")
+        routes.clear_shadow("text_embedding")
+    assert_alive(server)
+
+
 def test_json_larger_than_the_parse_cap_is_413(server) -> None:
     """max_json_bytes caps what njs parses: a larger JSON body gets 413 naming binary data,
     while the same tensor sent as binary data (only its small JSON header is parsed) is served."""

@@ -4,9 +4,11 @@ rolls back by itself (:mod:`tritonrepo_client.control.canary`)."""
 from __future__ import annotations
 
 import argparse
+import signal
 
 from tritonrepo_client.cli.control import _repository
-from tritonrepo_client.control.canary import P99_REQUESTS, CanaryPolicy, canary_rollout
+from tritonrepo_client.control.canary import abort_canary, canary_rollout
+from tritonrepo_client.control.canary_policy import P99_REQUESTS, CanaryPolicy
 from tritonrepo_client.control.guard_routes import GuardRoutes
 from tritonrepo_client.core import resolve_url
 
@@ -20,7 +22,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     cmd.add_argument("pipeline", help="the served ensemble whose requests are split")
     cmd.add_argument("--model", required=True, help="its step model to roll")
-    cmd.add_argument("--version", type=int, required=True)
+    cmd.add_argument("--version", type=int, help="the version to roll to")
+    cmd.add_argument(
+        "--abort",
+        action="store_true",
+        help="undo what a canary of the pipeline left when it was killed outright: remove its "
+        "route, unload <pipeline>__canary, serve the pinned version alone, unpin the step",
+    )
     cmd.add_argument(
         "--steps",
         default="10,50",
@@ -52,13 +60,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    """SIGTERM handler: stop the canary the way Ctrl-C does (it is rolled back first)."""
+    raise KeyboardInterrupt
+
+
+def _abort(args: argparse.Namespace) -> int:
+    """``canary PIPELINE --model M --abort``: exit 0 once undone."""
+    args.url = resolve_url(args.url, "http", None)
+    with _repository(args) as repo:
+        what = abort_canary(repo, GuardRoutes(args.url, repo.headers, args.timeout),
+                            args.pipeline, args.model)  # fmt: skip
+    print(f"{args.pipeline}: canary aborted: {what}")
+    return 0
+
+
 def canary_command(args: argparse.Namespace) -> int:
-    """Run the canary; exit 0 when promoted (or, shadow only, reported), 3 when rolled back."""
-    steps = tuple(float(s) for s in args.steps.split(",") if s.strip())
-    if any(not 0 < s <= 50 for s in steps):
-        raise ValueError(f"--steps {args.steps!r}: give shares of 1 to 50 percent")
-    if not steps and not args.shadow > 0:
-        raise ValueError("--steps '' runs the shadow window alone: give --shadow above 0")
+    """Run the canary; exit 0 when promoted (or, shadow only, reported), 3 when rolled back,
+    130 when interrupted (SIGINT or SIGTERM; rolled back first)."""
+    if args.abort:
+        return _abort(args)
+    if args.version is None:
+        raise ValueError("canary needs --version (or --abort)")
+    try:
+        steps = tuple(float(s) for s in args.steps.split(",") if s.strip())
+    except ValueError:
+        raise ValueError(
+            f"--steps {args.steps!r}: give shares of 1 to 50 percent, comma-separated"
+        ) from None
     policy = CanaryPolicy(
         steps=steps,
         shadow=args.shadow,
@@ -72,11 +101,18 @@ def canary_command(args: argparse.Namespace) -> int:
         raise ValueError("canary works through the HTTP guard: use --protocol http (the default)")
     args.url = resolve_url(args.url, "http", None)
     metrics_url = args.metrics_url or f"{args.url.rpartition(':')[0]}:8002"
-    with _repository(args) as repo:
-        routes = GuardRoutes(args.url, repo.headers, args.timeout)
-        report = canary_rollout(
-            repo, routes, metrics_url, args.pipeline, args.model, args.version, policy
-        )
+    previous = signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        with _repository(args) as repo:
+            routes = GuardRoutes(args.url, repo.headers, args.timeout)
+            report = canary_rollout(
+                repo, routes, metrics_url, args.pipeline, args.model, args.version, policy
+            )
+    except KeyboardInterrupt:
+        print(f"{args.pipeline}: interrupted; the canary of {args.model} is rolled back")
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(
         f"{report.pipeline}: {report.decision} of {report.model} version {report.new} "
         f"(was {report.old}) in {report.seconds:.1f} s: {report.reason}"

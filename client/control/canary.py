@@ -16,9 +16,10 @@ promoted or rolled back by itself.
    request, failure and p99 figures of both ensembles, and the shadow comparison;
 4. **decide**: the canary is rolled back at once when it fails more than the serving version
    (by ``max_error_ratio_delta``), its latency is over ``max_p99_ratio`` times the serving one's
-   (:func:`slower`: on the shadow copies, which both answer at once, or on Triton's figures
-   without enough of them; the p99, or the p50 while there are fewer than 1,000 requests), or its
-   answers agree less than ``min_agreement``; after the last step it is promoted;
+   (``canary_policy.slower``: on the shadow copies, which both answer at once, or on Triton's
+   figures without enough of them; the p99, or the p50 while there are fewer than 1,000
+   requests), or its answers agree less than ``min_agreement``; after the last step it is
+   promoted;
 5. **promote**: the pipeline is pinned to N, the route removed, the canary ensemble unloaded,
    ``model`` serves N alone and the pipeline's own config is loaded back. **Roll back**: the
    route removed, the canary ensemble unloaded, ``model`` serves ``old`` alone, the pipeline's
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tritonrepo_client.connection import ClientError
+from tritonrepo_client.control.canary_policy import CanaryPolicy, judge
 from tritonrepo_client.control.guard_routes import GuardRoutes, Route
 from tritonrepo_client.control.live_metrics import Window, snapshot
 from tritonrepo_client.control.repository import RepositoryClient
@@ -48,44 +50,10 @@ from tritonrepo_client.control.rollout import with_policy
 CANARY_SUFFIX = "__canary"
 AGREEMENT_PARAMETER = "tritonrepo_canary"  # the pipeline's declared agreement (JSON)
 PLACEHOLDER = "file:1/.canary"  # an ensemble needs a version folder; Triton makes it from this
-# Requests a window needs before the canary's p99 is compared (its p50 before): ten of them
-# above the 0.99 quantile. Of fewer than 100 the 0.99 quantile is the slowest one; of a few
-# hundred it is decided by whether two or three requests were held up (on Triton often: a
-# batcher waits out 500 ms now and then, docs/known_issues.md), on either version.
-P99_REQUESTS = 1000
 
 
 class CanaryError(ClientError):
     """The canary could not start, or a step failed (what was undone is in the message)."""
-
-
-@dataclass(frozen=True)
-class CanaryPolicy:
-    """How far and how fast a canary goes, and what rolls it back.
-
-    Attributes:
-        steps: the canary's share of requests at each step, percent (each 1 to 50).
-        shadow: percent of the pipeline's requests copied to the canary and compared (the
-            answers thrown away), from the start.
-        window_s: each step's analysis window, seconds.
-        interval_s: how often the figures are read within it, seconds.
-        min_requests: canary requests a window needs before it may pass (fewer: it is
-            extended, up to twice).
-        max_error_ratio_delta: the canary's failed share may exceed the serving one's by this.
-        max_p99_ratio: the canary's p99 (its p50 while it has had fewer than ``P99_REQUESTS``
-            requests in the window) may be this many times the serving one's.
-        min_agreement: the smallest agreement of a compared answer (None: the pipeline's
-            declared ``min``, or no agreement check).
-    """
-
-    steps: tuple[float, ...] = (10.0, 50.0)
-    shadow: float = 10.0
-    window_s: float = 60.0
-    interval_s: float = 2.0
-    min_requests: int = 20
-    max_error_ratio_delta: float = 0.01
-    max_p99_ratio: float = 2.0
-    min_agreement: float | None = None
 
 
 @dataclass
@@ -132,78 +100,6 @@ def declared_agreement(config: dict[str, Any]) -> dict[str, Any] | None:
     """The pipeline's ``tritonrepo_canary`` parameter: ``{"output", "measure", "min"}``."""
     text = config.get("parameters", {}).get(AGREEMENT_PARAMETER, {}).get("string_value")
     return json.loads(text) if text else None
-
-
-def slower(
-    window: Window,
-    shadow: dict[str, Any],
-    pipeline: str,
-    canary: str,
-    requests: float,
-    policy: CanaryPolicy,
-) -> str | None:
-    """Why the canary is too slow after ``window``, or None.
-
-    The latencies compared are those of the shadow copies (``shadow``, the guard's summary of
-    the window) once there are ``policy.min_requests`` of them: each copy is answered by both
-    versions at once, so the two see the same inputs under the same load. Without enough copies
-    they are Triton's own summaries of the canary ensemble (``requests`` in the window) and of
-    the pipeline (:mod:`tritonrepo_client.control.live_metrics`), from ``policy.min_requests``
-    canary requests on. Either way the p99 is compared from ``P99_REQUESTS`` requests on and
-    the p50 before: a p99 of fewer rests on a few requests held up (a host's hiccup, or
-    Triton's batcher waiting out its 500 ms with a queue policy: docs/known_issues.md), which
-    do not make a version slow.
-    """
-    copies = shadow.get("compared") or 0
-    if copies >= policy.min_requests:
-        label = "p99" if copies >= P99_REQUESTS else "p50"
-        ours, theirs = shadow.get(f"canary_{label}_ms"), shadow.get(f"stable_{label}_ms")
-        basis = f"{copies} shadow copies"
-    elif requests >= policy.min_requests:
-        label = "p99" if requests >= P99_REQUESTS else "p50"
-        worst_us = window.worst_p99_us if label == "p99" else window.worst_p50_us
-        ours, theirs = worst_us.get(canary, 0.0) / 1000, worst_us.get(pipeline, 0.0) / 1000
-        basis = f"{requests:.0f} requests"
-    else:
-        return None
-    if ours and theirs and ours > policy.max_p99_ratio * theirs:
-        return (
-            f"the canary's {label} is {ours:.1f} ms over {basis}, over "
-            f"{policy.max_p99_ratio:g} x the serving version's {theirs:.1f} ms"
-        )
-    return None
-
-
-def judge(
-    window: Window,
-    pipeline: str,
-    canary: str,
-    shadow: dict[str, Any],
-    policy: CanaryPolicy,
-    min_agreement: float | None,
-) -> str | None:
-    """Why the canary must be rolled back after ``window``, or None."""
-    requests, failed = window.requests(canary, ensemble=True)
-    served, served_failed = window.requests(pipeline, ensemble=True)
-    ratio = failed / requests if requests else 0.0
-    served_ratio = served_failed / served if served else 0.0
-    if failed and ratio > served_ratio + policy.max_error_ratio_delta:
-        return (
-            f"the canary failed {failed:.0f} of {requests:.0f} requests ({ratio:.1%}); the "
-            f"serving version {served_ratio:.1%}"
-        )
-    too_slow = slower(window, shadow, pipeline, canary, requests, policy)
-    if too_slow:
-        return too_slow
-    if shadow.get("canary_failed"):
-        return f"the canary failed {shadow['canary_failed']} of {shadow['compared']} shadow copies"
-    low = shadow.get("agreement_min")
-    if min_agreement is not None and low is not None and low < min_agreement:
-        return (
-            f"the canary's answers agree {low:.4f} at worst with the serving version's "
-            f"over {shadow['agreements']} shadow copies (required ≥ {min_agreement:g})"
-        )
-    return None
 
 
 def _watch(
@@ -275,11 +171,26 @@ def canary_rollout(
         ``steps`` (the shadow window alone), ``report``: nothing changed.
 
     Raises:
-        CanaryError: it cannot start (not an ensemble step, one version serving, a route
-            exists), or undoing a step failed too.
+        CanaryError: it cannot start (not an ensemble step, the step pinned to a version, one
+            version serving, a route exists), or undoing a step failed too.
+        KeyboardInterrupt: interrupted; raised again once the canary is rolled back.
     """
     policy = policy or CanaryPolicy()
     start = time.monotonic()
+    if pipeline in routes.routes():
+        raise CanaryError(
+            f"'{pipeline}' has a route already: another canary runs, or one did not finish "
+            f"(undo it: tritonrepo-client canary {pipeline} --model {model} --abort)"
+        )
+    config = repo.config(pipeline)
+    model_config = repo.config(model)
+    pin = str(step_of(config, model).get("model_version", "-1"))
+    if pin != "-1":
+        raise CanaryError(
+            f"'{pipeline}' runs {model} version {pin} pinned: a canary that did not finish "
+            f"(undo it: tritonrepo-client canary {pipeline} --model {model} --abort), or a "
+            "pin in the pipeline's own config (a canary needs model_version -1)"
+        )
     serving = repo.versions(model)
     if len(serving) != 1 or serving == [version]:
         raise CanaryError(
@@ -287,11 +198,6 @@ def canary_rollout(
             f"other than {version}"
         )
     old = serving[0]
-    if pipeline in routes.routes():
-        raise CanaryError(f"'{pipeline}' has a route already: another canary runs (or remove it)")
-    config = repo.config(pipeline)
-    model_config = repo.config(model)
-    step_of(config, model)
     canary = pipeline + CANARY_SUFFIX
     declared = declared_agreement(config)
     min_agreement = policy.min_agreement
@@ -352,14 +258,64 @@ def canary_rollout(
             reason = f"every window passed; {model} serves version {version}"
             decide("promote", weight, reason)
             report.decision, report.reason = "promote", reason
-    except (ClientError, TimeoutError) as exc:
+    except (ClientError, TimeoutError, KeyboardInterrupt) as exc:
+        # An interrupt (Ctrl-C, or SIGTERM through the command line) is undone like a failed
+        # step, then raised again: the route, the canary ensemble and the pin go with it.
+        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"a step failed: {exc}"
         try:
             undo()
-            decide("rollback", weight, f"a step failed: {exc}")
+            decide("rollback", weight, why)
         except (ClientError, TimeoutError) as again:
             raise CanaryError(
-                f"canary of {model} {version} failed ({exc}), and undoing it failed too: {again}"
+                f"canary of {model} {version}: {why}, and undoing it failed too: {again}"
             ) from None
-        report.decision, report.reason = "rollback", f"a step failed: {exc}"
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        report.decision, report.reason = "rollback", why
     report.seconds = time.monotonic() - start
     return report
+
+
+def abort_canary(repo: RepositoryClient, routes: GuardRoutes, pipeline: str, model: str) -> str:
+    """Undo what a canary of ``pipeline`` left when its process was killed outright (SIGKILL;
+    an interrupt is undone by :func:`canary_rollout` itself): the route removed, the canary
+    ensemble unloaded, ``model`` serving the version the pipeline's step is pinned to alone,
+    and the step unpinned. Steps already undone are skipped; a ``rollback`` decision
+    (``aborted``) is recorded.
+
+    Returns:
+        What was done, one line.
+
+    Raises:
+        CanaryError: ``model`` is not a step of ``pipeline``, or its step is not pinned while
+            ``model`` serves several versions (which one to keep is unknown).
+        ClientError: a call failed.
+    """
+    canary = pipeline + CANARY_SUFFIX
+    config = repo.config(pipeline)
+    step = step_of(config, model)
+    pin = int(step.get("model_version", -1))
+    serving = repo.versions(model)
+    if pin == -1 and len(serving) > 1:
+        raise CanaryError(
+            f"'{pipeline}' does not pin {model}, which serves {serving}: which version to keep "
+            f"is unknown (tritonrepo-client rollout {model} picks one)"
+        )
+    done = []
+    route = routes.routes().get(pipeline)
+    if route is not None:
+        routes.remove(pipeline)
+        done.append("route removed")
+    if repo.ready(canary):
+        repo.unload(canary)
+        done.append(f"{canary} unloaded")
+    if pin != -1:
+        if serving != [pin]:
+            repo.load(model, with_policy(repo.config(model), [pin], pin))
+            repo.wait_until(model, [v for v in serving if v != pin], 120.0)
+            done.append(f"{model} serves version {pin} alone")
+        repo.load(pipeline, pinned(config, model, -1))
+        done.append(f"{pipeline} unpinned")
+    what = ", ".join(done) or "nothing left to undo"
+    routes.decide(pipeline, canary, "rollback", route.weight if route else 0.0, f"aborted: {what}")
+    return what

@@ -8,7 +8,9 @@ HTTP guard, under load from client threads that count every failed request:
   vector, and four 512 x 512 matrix products added to every run) is rolled back by itself on
   the shadow comparison's agreement, and the encoder serves version 1 alone again;
 * a shadow window alone (the command line's ``--steps ''``) reports the comparison and changes
-  nothing.
+  nothing;
+* a canary stopped by SIGTERM in its first step is rolled back before the command exits; one
+  killed outright leaves its state, which a new canary refuses and ``canary --abort`` undoes.
 
 No request of the load fails in either. The server is a throwaway one (a reload of an ensemble
 under load may hit Triton 2.51's known crash, docs/known_issues.md), on a model repository of
@@ -18,7 +20,12 @@ Every wait has a deadline.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -36,7 +43,12 @@ from tritonrepo.server.launcher import TritonServer
 from tritonrepo.text import spec
 from tritonrepo_client import ClientError, RepositoryClient, RouteTable, TritonConnection
 from tritonrepo_client.cli.app import main as cli
-from tritonrepo_client.control.canary import CANARY_SUFFIX, CanaryPolicy, canary_rollout
+from tritonrepo_client.control.canary import (
+    CANARY_SUFFIX,
+    CanaryPolicy,
+    canary_rollout,
+    step_of,
+)
 from tritonrepo_client.control.guard_routes import GuardRoutes, Route
 
 pytestmark = pytest.mark.server
@@ -153,6 +165,14 @@ class Load:
             thread.join(60.0)
 
 
+def ready_models(repo: RepositoryClient) -> set[str]:
+    """The READY models of the repository index, and the canary ensemble when it is ready (a
+    model loaded through the load API with no folder of its own is not in the index)."""
+    canary = spec.ENSEMBLE + CANARY_SUFFIX
+    ready = {r.name for r in repo.index() if r.state == "READY"}
+    return ready | ({canary} if repo.ready(canary) else set())
+
+
 def run_canary(server: TritonServer, version: int):
     o = server.options
     lines: list[str] = []
@@ -164,7 +184,7 @@ def run_canary(server: TritonServer, version: int):
         report = canary_rollout(repo, routes, f"127.0.0.1:{o.metrics_port}", spec.ENSEMBLE,
                                 spec.ENCODER_MODEL, version, POLICY, lines.append)  # fmt: skip
         serving = repo.versions(spec.ENCODER_MODEL)
-        loaded = {r.name for r in repo.index() if r.state == "READY"}
+        loaded = ready_models(repo)
         left = routes.routes()
     print("\n" + "\n".join(lines), f"\nload: {dict(load.counts)}")
     return report, serving, loaded, left, load.counts
@@ -220,7 +240,7 @@ def test_a_shadow_window_alone_reports_and_changes_nothing(server, tmp_path, cap
     ):
         code = cli(argv)
         serving = repo.versions(spec.ENCODER_MODEL)
-        loaded = {r.name for r in repo.index() if r.state == "READY"}
+        loaded = ready_models(repo)
         routes = GuardRoutes(o.http_url, repo.headers)
         made = [d["decision"] for d in routes.decisions(spec.ENSEMBLE)]
         left = routes.routes()
@@ -234,6 +254,80 @@ def test_a_shadow_window_alone_reports_and_changes_nothing(server, tmp_path, cap
     assert spec.ENSEMBLE + CANARY_SUFFIX not in loaded and left == {}
     assert set(load.counts) == {"ok"} and load.counts["ok"] > 50, load.counts
     assert 'decision="report"} 1' in guard_metrics(server)
+
+
+def stopped_in_first_step(argv: list[str], sig: int) -> tuple[int, str]:
+    """Run the canary command ``argv``, send ``sig`` 2 s into its 10 % step, and return its
+    exit status and output (deadlines: 120 s to reach the step, 180 s to end)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)  # fmt: skip
+    lines: list[str] = []
+    deadline = time.monotonic() + 120.0
+    try:
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            lines.append(proc.stdout.readline())
+            if not lines[-1] or "step at 10 %" in lines[-1]:
+                break
+        assert "step at 10 %" in lines[-1], lines
+        time.sleep(2.0)
+        proc.send_signal(sig)
+        rest, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, "".join(lines) + rest
+
+
+def test_a_stopped_canary_is_rolled_back_and_a_killed_one_aborted(server, tmp_path, capsys):
+    """SIGTERM to ``tritonrepo-client canary`` in its 10 % step: the command rolls the canary
+    back (a ``rollback`` decision ``interrupted``) and exits 130. SIGKILL leaves its state (a
+    route, the canary ensemble, two versions, the step pinned): a new canary is refused with the
+    way back, and ``canary --abort`` undoes it. Afterwards the encoder serves version 1 alone,
+    unpinned, nothing of the canary is left, and no request of the load failed."""
+    o = server.options
+    key_file = tmp_path / "repository.key"
+    key_file.write_text(o.repository_key or "")
+    common = ["--url", o.http_url, "--repository-key-file", str(key_file),
+              "canary", spec.ENSEMBLE, "--model", spec.ENCODER_MODEL]  # fmt: skip
+    argv = [str(Path(sys.executable).parent / "tritonrepo-client"), *common,
+            "--version", "2", "--steps", "10", "--shadow", "0", "--window", "120",
+            "--metrics-url", f"127.0.0.1:{o.metrics_port}"]  # fmt: skip
+
+    def state(repo: RepositoryClient, routes: GuardRoutes) -> tuple:
+        step = step_of(repo.config(spec.ENSEMBLE), spec.ENCODER_MODEL)
+        return (repo.versions(spec.ENCODER_MODEL), repo.ready(spec.ENSEMBLE + CANARY_SUFFIX),
+                routes.routes(), str(step.get("model_version", "-1")))  # fmt: skip
+
+    clean = ([1], False, {}, "-1")
+    with (
+        RepositoryClient(o.http_url, "http", key=o.repository_key) as repo,
+        Load(o.http_url) as load,
+    ):
+        routes = GuardRoutes(o.http_url, repo.headers)
+        code, out = stopped_in_first_step(argv, signal.SIGTERM)
+        assert code == 130, out
+        assert "interrupted; the canary of text_embedding_encoder is rolled back" in out
+        decisions = [(d["decision"], d["reason"]) for d in routes.decisions(spec.ENSEMBLE)]
+        assert decisions[-1] == ("rollback", "interrupted"), decisions
+        assert state(repo, routes) == clean
+
+        code, out = stopped_in_first_step(argv, signal.SIGKILL)
+        assert code == -signal.SIGKILL, out
+        left = state(repo, routes)
+        assert left[:2] == ([1, 2], True) and spec.ENSEMBLE in left[2] and left[3] == "1", left
+        with pytest.raises(ClientError, match=r"has a route already.*--abort"):
+            canary_rollout(repo, routes, f"127.0.0.1:{o.metrics_port}", spec.ENSEMBLE,
+                           spec.ENCODER_MODEL, 2, POLICY)  # fmt: skip
+        assert cli([*common, "--abort"]) == 0
+        assert state(repo, routes) == clean
+        decisions = [(d["decision"], d["reason"]) for d in routes.decisions(spec.ENSEMBLE)]
+        assert decisions[-1][0] == "rollback" and decisions[-1][1].startswith("aborted: route")
+    printed = capsys.readouterr().out
+    print(printed, f"load: {dict(load.counts)}")
+    assert "canary aborted: route removed, text_embedding__canary unloaded" in printed
+    assert set(load.counts) == {"ok"} and load.counts["ok"] > 50, load.counts
 
 
 def test_grpc_clients_follow_the_guards_routes(server):

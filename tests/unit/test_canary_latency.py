@@ -1,13 +1,14 @@
-"""The canary's latency rule (tritonrepo_client.control.canary.slower) without a server: which
-figures are compared (the shadow copies, both versions answering each at once, or else Triton's
-summaries), which quantile for how many requests, and that requests held up by a wait both
-versions share do not roll a version back while a version slow at its median does."""
+"""The canary's latency rule (tritonrepo_client.control.canary_policy.slower) without a
+server: which figures are compared (the shadow copies, both versions answering each at once,
+or else Triton's summaries), which quantile for how many requests, and that requests held up by
+a wait both versions share do not roll a version back while a version slow at its median does.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tritonrepo_client.control.canary import P99_REQUESTS, CanaryPolicy, slower
+from tritonrepo_client.control.canary_policy import P99_REQUESTS, CanaryPolicy, slower
 from tritonrepo_client.control.live_metrics import ModelFigures, Window
 
 POLICY = CanaryPolicy(min_requests=20, max_p99_ratio=4.0)

@@ -289,6 +289,34 @@ def test_route_changes_need_the_key_the_guard_was_started_with(server, guard) ->
     assert "text_embedding" not in anyone.routes()
 
 
+def test_routes_are_refused_unless_they_name_models(guard) -> None:
+    """The routes API refuses a path with more than a model name, names every object has
+    (``__proto__``, ``constructor``), overlong names and bodies that are not JSON objects, and
+    keeps nothing of them."""
+    port = guard.listen_port
+    good = {"canary": "text_embedding__canary", "weight": 0, "shadow": 0}
+    cases = [
+        ("/_guard/routes/a/b", good, 404, "no such path"),
+        ("/_guard/routes/__proto__", good, 400, "not a model name"),
+        ("/_guard/routes/constructor", good, 400, "not a model name"),
+        ("/_guard/routes/text_embedding", [], 400, "JSON object"),
+        ("/_guard/routes/text_embedding", {**good, "canary": "x" * 256}, 400, "another model"),
+        ("/_guard/routes/text_embedding", {**good, "canary": "__proto__"}, 400, "another model"),
+    ]
+    for path, body, status, says in cases:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            conn.request(
+                "PUT", path, body=json.dumps(body), headers={"Content-Type": "application/json"}
+            )
+            response = conn.getresponse()
+            answer = json.loads(response.read())
+        finally:
+            conn.close()
+        assert response.status == status and says in answer["error"], (path, answer)
+    assert GuardRoutes(f"127.0.0.1:{port}", {}).routes() == {}
+
+
 def test_every_request_chosen_for_shadowing_is_copied_whatever_its_timeout(server, guard):
     """With a route copying 100 % of text_embedding's requests, each one is copied to the
     shadow comparison: plain tritonclient requests (no timeout of their own: the guard sets

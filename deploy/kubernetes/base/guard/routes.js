@@ -21,7 +21,13 @@
 import fs from 'fs';
 
 const INFER = /^\/v2\/models\/([A-Za-z0-9_.\-]+)\/infer$/;
-const SAFE_NAME = /^[A-Za-z0-9_.\-]+$/;
+const SAFE_NAME = /^[A-Za-z0-9_.\-]{1,255}$/;
+
+// A model name the routes may hold: SAFE_NAME, and not a name every object has already
+// (`__proto__`, `constructor`: the routes are kept in a plain object).
+function modelName(name) {
+    return typeof name === 'string' && SAFE_NAME.test(name) && !(name in Object.prototype);
+}
 const MAX_WEIGHT = 50;  // percent of requests a canary may take; more is a promotion
 const MEASURES = { cosine: 1, overlap: 1, exact: 1 };
 const DECISIONS = { start: 1, step: 1, promote: 1, rollback: 1, report: 1 };
@@ -275,10 +281,10 @@ function bodyJson(r) {
 }
 
 function checkedRoute(model, value) {
-    if (!value || typeof value !== 'object') {
+    if (!value || typeof value !== 'object' || Array.isArray(value)) {
         return 'the body must be a JSON object: {"canary", "weight", "shadow", "agreement"}';
     }
-    if (typeof value.canary !== 'string' || !SAFE_NAME.test(value.canary) || value.canary === model) {
+    if (!modelName(value.canary) || value.canary === model) {
         return "'canary' must name another model";
     }
     const keys = ['weight', 'shadow'];
@@ -308,7 +314,10 @@ function admin(r) {
     const parts = r.uri.split('/').filter((p) => p);  // _guard, kind, [model]
     const kind = parts[1];
     const model = parts[2];
-    if (model !== undefined && !SAFE_NAME.test(model)) {
+    if (parts.length > 3) {
+        return reply(r, 404, { error: `http guard: no such path ${r.uri}: /_guard/${kind}[/<model>]` });
+    }
+    if (model !== undefined && !modelName(model)) {
         return reply(r, 400, { error: `http guard: '${model}' is not a model name` });
     }
     const writes = r.method !== 'GET';

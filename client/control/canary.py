@@ -215,11 +215,7 @@ def canary_rollout(
         line(f"{decision} at {weight:g} %: {reason}")
 
     def undo() -> None:
-        routes.remove(pipeline)
-        if repo.ready(canary):
-            repo.unload(canary)
-        repo.load(model, with_policy(model_config, [old], old))
-        repo.wait_until(model, [version], 120.0)
+        _restore(repo, routes, pipeline, model, old, model_config)
         repo.load(pipeline, config)
 
     weight = 0.0
@@ -291,31 +287,51 @@ def abort_canary(repo: RepositoryClient, routes: GuardRoutes, pipeline: str, mod
             ``model`` serves several versions (which one to keep is unknown).
         ClientError: a call failed.
     """
-    canary = pipeline + CANARY_SUFFIX
     config = repo.config(pipeline)
-    step = step_of(config, model)
-    pin = int(step.get("model_version", -1))
+    pin = int(step_of(config, model).get("model_version", -1))
     serving = repo.versions(model)
     if pin == -1 and len(serving) > 1:
         raise CanaryError(
             f"'{pipeline}' does not pin {model}, which serves {serving}: which version to keep "
             f"is unknown (tritonrepo-client rollout {model} picks one)"
         )
-    done = []
-    route = routes.routes().get(pipeline)
-    if route is not None:
-        routes.remove(pipeline)
-        done.append("route removed")
-    if repo.ready(canary):
-        repo.unload(canary)
-        done.append(f"{canary} unloaded")
+    keep = pin if pin != -1 else serving[0]
+    route, done = _restore(repo, routes, pipeline, model, keep, repo.config(model))
     if pin != -1:
-        if serving != [pin]:
-            repo.load(model, with_policy(repo.config(model), [pin], pin))
-            repo.wait_until(model, [v for v in serving if v != pin], 120.0)
-            done.append(f"{model} serves version {pin} alone")
         repo.load(pipeline, pinned(config, model, -1))
         done.append(f"{pipeline} unpinned")
     what = ", ".join(done) or "nothing left to undo"
-    routes.decide(pipeline, canary, "rollback", route.weight if route else 0.0, f"aborted: {what}")
+    routes.decide(pipeline, pipeline + CANARY_SUFFIX, "rollback",
+                  route.weight if route else 0.0, f"aborted: {what}")  # fmt: skip
     return what
+
+
+def _restore(
+    repo: RepositoryClient,
+    routes: GuardRoutes,
+    pipeline: str,
+    model: str,
+    keep: int,
+    model_config: dict[str, Any],
+) -> tuple[Route | None, list[str]]:
+    """Take a canary of ``pipeline`` away, skipping what is gone already: its route first (so
+    no request is sent to a model going away), then the canary ensemble, then every version
+    of ``model`` but ``keep`` (``model_config`` with that one version; its requests drain).
+
+    Returns:
+        The route removed (None: there was none) and what was done, one phrase a step.
+    """
+    done = []
+    route = routes.remove(pipeline)
+    if route is not None:
+        done.append("route removed")
+    canary = pipeline + CANARY_SUFFIX
+    if repo.ready(canary):
+        repo.unload(canary)
+        done.append(f"{canary} unloaded")
+    serving = repo.versions(model)
+    if serving != [keep]:
+        repo.load(model, with_policy(model_config, [keep], keep))
+        repo.wait_until(model, [v for v in serving if v != keep], 120.0)
+        done.append(f"{model} serves version {keep} alone")
+    return route, done

@@ -93,9 +93,11 @@ class GuardRoutes:
         }
         self._call("PUT", f"/_guard/routes/{model}", body)
 
-    def remove(self, model: str) -> None:
-        """Send all of ``model``'s requests to it again."""
-        self._call("DELETE", f"/_guard/routes/{model}")
+    def remove(self, model: str) -> Route | None:
+        """Send all of ``model``'s requests to it again; returns the route it had (None: it
+        had none)."""
+        had = self._call("DELETE", f"/_guard/routes/{model}")
+        return Route(**had) if had else None
 
     def decide(self, model: str, canary: str, decision: str, weight: float, reason: str) -> None:
         """Record a decision (``start``, ``step``, ``promote``, ``rollback``, ``report``): the

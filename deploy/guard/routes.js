@@ -22,15 +22,15 @@ import fs from 'fs';
 
 const INFER = /^\/v2\/models\/([A-Za-z0-9_.\-]+)\/infer$/;
 const SAFE_NAME = /^[A-Za-z0-9_.\-]{1,255}$/;
+const MAX_WEIGHT = 50;  // percent of requests a canary may take; more is a promotion
+const MEASURES = { cosine: 1, overlap: 1, exact: 1 };
+const DECISIONS = { start: 1, step: 1, promote: 1, rollback: 1, report: 1 };
 
 // A model name the routes may hold: SAFE_NAME, and not a name every object has already
 // (`__proto__`, `constructor`: the routes are kept in a plain object).
 function modelName(name) {
     return typeof name === 'string' && SAFE_NAME.test(name) && !(name in Object.prototype);
 }
-const MAX_WEIGHT = 50;  // percent of requests a canary may take; more is a promotion
-const MEASURES = { cosine: 1, overlap: 1, exact: 1 };
-const DECISIONS = { start: 1, step: 1, promote: 1, rollback: 1, report: 1 };
 
 function siblings(r, name) {
     const file = r.variables.guard_routes_file;

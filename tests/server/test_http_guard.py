@@ -221,6 +221,45 @@ def test_hostile_request_is_refused_and_the_server_lives(server, guard, case) ->
     assert refusal_logged(guard, lambda line: entry in line and line.endswith(f"rule={rule}"))
 
 
+# (case id, request inputs, Triton 2.51's own status and words, the guard's rule and words):
+# JSON `data` that does not fit the datatype or the shape is a 500 from Triton ("Unable to
+# parse 'data'"), and an empty batch is answered with the words of a wrong-dtype client.
+MISFIT = [
+    ("number_where_text_expected",
+     [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": [7]}],
+     500, "Unable to parse JSON bytes array", "data_type", "expected a string"),
+    ("text_where_integer_expected",
+     [{"name": "TOP_K", "datatype": "INT32", "shape": [1, 1], "data": ["3"]},
+      {"name": "IMAGE", "datatype": "BYTES", "shape": [1, 1], "data": ["x"]}],
+     500, "Unable to parse 'data'", "data_type", "expected an integer"),
+    ("more_elements_than_the_shape",
+     [{"name": "TOP_K", "datatype": "INT32", "shape": [1, 1], "data": [3, 4]},
+      {"name": "IMAGE", "datatype": "BYTES", "shape": [1, 1], "data": ["x"]}],
+     500, "Shape does not match", "data_count", "has 1"),
+    ("empty_batch",
+     [{"name": "TOP_K", "datatype": "INT32", "shape": [0, 1], "data": []},
+      {"name": "IMAGE", "datatype": "BYTES", "shape": [0, 1], "data": []}],
+     400, "expected 1 string elements", "empty_batch", "empty batch"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", MISFIT, ids=[c[0] for c in MISFIT])
+def test_data_that_does_not_fit_gets_a_400_that_names_the_input(server, guard, case) -> None:
+    """Direct, Triton answers these with a 500 (a server error for a client's mistake) or with
+    misleading words; through the guard each is a 400 that says what is wrong, logged with its
+    rule, and the server goes on answering."""
+    _, inputs, triton_status, triton_words, rule, words = case
+    path = IMAGE_PATH if inputs[0]["name"] == "TOP_K" else TEXT_PATH
+    body = json_body(inputs)
+    status, answer = post(server.options.http_port, path, body)
+    assert status == triton_status and triton_words in answer["error"], answer
+    status, answer = post(guard.listen_port, path, body)
+    assert status == 400 and words in answer["error"] and "http guard" in answer["error"], answer
+    entry = f'{path} HTTP/1.1" 400 '
+    assert refusal_logged(guard, lambda line: entry in line and line.endswith(f"rule={rule}"))
+    assert post(guard.listen_port, TEXT_PATH, json_body())[0] == 200
+
+
 def test_million_one_byte_chunks_reach_triton_as_one_body(server, guard) -> None:
     """Triton 2.51 ends on a body of 1,000,000 one-byte chunks (alloca per chunk); the guard
     reads the whole body first and sends it on with a Content-Length: answered, server alive."""

@@ -334,23 +334,29 @@ def test_a_post_the_guard_gave_up_on_is_not_sent_again_and_a_stalled_probe_is_re
 
 # --- the guard's timeouts against the queues' ----------------------------------------------------
 def test_the_guard_waits_longer_than_any_queue_timeout_it_sends() -> None:
-    """The rendered config sends requests on with a queue timeout no shorter than the longest
-    queue timeout of any model config of the repository (read from the .pbtxt files), and waits
-    longer than that for Triton's answer; settings that would wait less are refused."""
+    """No queue of the repository's configs (read from the .pbtxt files) and no policy a
+    description can ask for keeps a request longer than the guard's cap, so a request without a
+    Triton-Timeout-Ms header needs no timeout of the guard's and goes on unchanged; the guard
+    waits longer than that cap for Triton's answer; settings that would wait less are
+    refused."""
     from tritonrepo.paths import MODEL_REPOSITORY
-    from tritonrepo.server import http_guard_config
+    from tritonrepo.server import http_guard_config, queue_policy
 
     configs = [
         *MODEL_REPOSITORY.glob("*/config.pbtxt"),
         *MODEL_REPOSITORY.glob("*/configs/*.pbtxt"),
     ]
-    core = [p for p in configs if "priority_queue_policy" in p.read_text()]
-    longest_us = max(
+    in_configs = [
         int(value)
-        for path in core
+        for path in configs
         for value in re.findall(r"default_timeout_microseconds:\s*(\d+)", path.read_text())
-    )
-    assert core and longest_us == 600_000_000
+    ]
+    policies = (queue_policy.CORE_CPU, queue_policy.CORE_GPU, queue_policy.PLAIN)
+    in_policies = [
+        level.timeout_us for p in policies for level in (p.default, *p.per_level.values())
+    ]
+    longest_us = max([*in_configs, *in_policies])
+    assert longest_us == 600_000_000  # the bulk level's, of a core that asks for priorities
     settings = http_guard_config.GuardSettings(listen="8080", upstream="127.0.0.1:8000")
     conf = http_guard_config.render(settings, http_guard_config.CONTAINER_PATHS)
     sent_us = int(re.search(r"js_var \$guard_max_timeout_us (\d+);", conf).group(1))
@@ -362,3 +368,49 @@ def test_the_guard_waits_longer_than_any_queue_timeout_it_sends() -> None:
         http_guard_config.GuardSettings(
             listen="1", upstream="x:1", max_request_timeout_s=600, upstream_timeout_s=300
         )
+
+
+def test_a_request_without_a_deadline_header_reaches_triton_byte_for_byte() -> None:
+    """The guard rewrites a request body only to carry a caller's Triton-Timeout-Ms; any other
+    request (with or without its own timeout) reaches Triton as it was sent, and one with the
+    header carries the lower timeout."""
+    require_guard()
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recording)
+    _Recording.bodies = []
+    thread = threading.Thread(target=upstream.serve_forever, daemon=True)
+    thread.start()
+    guard = HttpGuard("127.0.0.1", free_port(), upstream.server_address[1], RUN_DIR / "recording")
+    plain = {"inputs": [{"name": "X", "datatype": "FP32", "shape": [1], "data": [1]}]}
+    own = {**plain, "parameters": {"timeout": 5_000_000}}
+    try:
+        with guard:
+            for body, headers in ((plain, {}), (own, {}), (plain, {"Triton-Timeout-Ms": "2000"})):
+                conn = http.client.HTTPConnection("127.0.0.1", guard.listen_port, timeout=30)
+                conn.request("POST", "/v2/models/m/infer", json.dumps(body), headers)
+                assert conn.getresponse().status == 200
+                conn.close()
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
+    sent = [json.loads(b) for b in _Recording.bodies]
+    assert _Recording.bodies[:2] == [json.dumps(plain).encode(), json.dumps(own).encode()]
+    assert sent[2]["parameters"] == {"timeout": 2_000_000} and sent[2]["inputs"] == plain["inputs"]
+
+
+class _Recording(http.server.BaseHTTPRequestHandler):
+    """An upstream that keeps each POST body and answers 200 ``{}``."""
+
+    protocol_version = "HTTP/1.1"
+    bodies: ClassVar[list[bytes]] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", 0))
+        _Recording.bodies.append(self.rfile.read(length))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args) -> None:
+        pass

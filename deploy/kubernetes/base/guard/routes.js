@@ -6,7 +6,10 @@
 // State lives in files of the guard's run directory (njs 0.7.9 has no shared memory between
 // nginx workers): $guard_routes_file (JSON, one entry per routed model), and beside it
 // shadow.jsonl (one line per compared request) and decisions.jsonl (one line per decision).
-// Every worker reads the routes file for each inference request (one small read).
+// The routes file exists only while a route does: nginx itself tests for it ($guard_routed, a
+// stat in the server's rewrite phase), and only then does choose() read it. A guard without
+// routes runs no routing code on a request: reading a missing file throws, and an exception
+// costs njs 0.7.9 about 0.5 ms, a fifth of the guard's throughput on 2 cores.
 //
 // nginx.conf.template routes here:
 //   choose(r)    from kserve_guard.js, for POST /v2/models/<m>/infer (no version in the path)
@@ -77,10 +80,28 @@ function routes(r) {
     return readJson(r.variables.guard_routes_file, {});
 }
 
+// Keep `all` as the routes: the file rewritten whole, or removed when no route is left (so
+// that nginx's $guard_routed is empty again and requests skip choose()).
+function saveRoutes(r, all) {
+    const file = r.variables.guard_routes_file;
+    if (Object.keys(all).length > 0) {
+        writeWhole(file, JSON.stringify(all));
+        return;
+    }
+    try {
+        fs.unlinkSync(file);
+    } catch (e) {
+        // already gone
+    }
+}
+
 // Where an inference request goes: {kind: 'canary', uri} (the canary answers it),
 // {kind: 'shadow', model, route} (the served model answers, and the canary is compared), or
 // null (the served model answers; no route, a versioned path, or not drawn).
 function choose(r) {
+    if (r.variables.guard_routed !== '1') {
+        return null;
+    }
     const path = r.method === 'POST' ? INFER.exec(r.uri) : null;
     if (!path) {
         return null;
@@ -324,7 +345,6 @@ function admin(r) {
     if (writes && r.variables.guard_unlocked !== '1') {
         return reply(r, 403, { error: 'http guard: changing routes needs the repository key (x-model-repository-key)' });
     }
-    const file = r.variables.guard_routes_file;
     if (kind === 'routes' && r.method === 'GET') {
         const all = routes(r);
         return reply(r, 200, model === undefined ? all : (all[model] || null));
@@ -340,14 +360,14 @@ function admin(r) {
         }
         const all = routes(r);
         all[model] = { canary: value.canary, weight: value.weight, shadow: value.shadow, agreement: value.agreement || null };
-        writeWhole(file, JSON.stringify(all));
+        saveRoutes(r, all);
         return reply(r, 200, all[model]);
     }
     if (kind === 'routes' && model !== undefined && r.method === 'DELETE') {
         const all = routes(r);
         const had = all[model] || null;
         delete all[model];
-        writeWhole(file, JSON.stringify(all));
+        saveRoutes(r, all);
         return reply(r, 200, had);
     }
     if (kind === 'decisions' && model !== undefined && r.method === 'POST') {

@@ -32,8 +32,9 @@ CallerFactory = Callable[[], tuple[Call, Callable[[], None]]]
 class Measurement:
     """One load level.
 
-    ``throughput`` is completed requests per second in the window; latencies are in ms;
-    ``errors`` counts requests that raised (they are not in the latencies).
+    ``throughput`` is completed requests per second in the window; latencies are in ms
+    (``max_ms``: the slowest request, NaN where unknown); ``errors`` counts requests that raised
+    (they are not in the latencies).
     """
 
     concurrency: int
@@ -43,6 +44,7 @@ class Measurement:
     p99_ms: float
     requests: int
     errors: int
+    max_ms: float = float("nan")
 
     @classmethod
     def from_latencies(
@@ -51,7 +53,8 @@ class Measurement:
         """Summarise latencies (seconds) of requests that completed within ``window_s``."""
         ms = np.asarray(latencies_s, dtype=np.float64) * 1e3
         pct = np.percentile(ms, [50, 95, 99]) if len(ms) else [float("nan")] * 3
-        return cls(concurrency, len(ms) / window_s, *map(float, pct), len(ms), errors)
+        worst = float(ms.max()) if len(ms) else float("nan")
+        return cls(concurrency, len(ms) / window_s, *map(float, pct), len(ms), errors, worst)
 
 
 def run_closed_loop(

@@ -1,7 +1,9 @@
-"""Real-time requests under a bulk flood: what the core models' priority levels buy.
+"""Real-time requests under a bulk flood: what a core model's priority levels buy.
 
 ``python -m benchmarks.priority`` (run by ``make bench``; ``make bench-priority`` alone) starts
-one server (``text_embedding``, CPU configs), floods it with bulk embedding requests
+one server (``text_embedding``, CPU configs), reloads its encoder with the two priority levels a
+description's ``priority_levels = 2`` gives it (:func:`priority_levels`; the shipped configs keep
+Triton's plain queue), floods it with bulk embedding requests
 (``BULK_CLIENTS`` closed-loop clients of ``BULK_TEXTS`` real texts each, priority 2), and sends
 real-time single-text requests through the flood, one after another: once at priority 1
 (real-time) and once at priority 2 (as if everything were bulk: the FIFO a server without
@@ -13,17 +15,23 @@ priority levels has). It reports real-time p50/p95 latency in both rounds and th
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tritonrepo.paths import BUILD_DIR
-from tritonrepo_client import ClientError, EmbeddingClient, ServerUnavailable
+from tritonrepo.server import queue_policy
+from tritonrepo.text import spec
+from tritonrepo_client import ClientError, EmbeddingClient, RepositoryClient, ServerUnavailable
 from tritonrepo_client.retry import NO_RETRY
 from tritonrepo_client.scheduling import BULK, REALTIME
 
@@ -32,6 +40,29 @@ BULK_TEXTS = 16
 REALTIME_REQUESTS = 20
 REALTIME_TEXT = "What is the status of my order?"
 CALL_DEADLINE_S = 120.0
+
+
+@contextmanager
+def priority_levels(
+    repo: RepositoryClient, model: str = spec.ENCODER_MODEL, config_set: str = "cpu"
+) -> Iterator[dict[str, Any]]:
+    """``model`` reloaded through ``repo`` with the two priority levels, bounded queues and
+    queue timeouts that ``priority_levels = 2`` in its description writes for ``config_set``
+    (:func:`tritonrepo.server.queue_policy.priority_policy`), and with its own config again
+    afterwards. Yields the config it loaded (Triton's JSON field names).
+
+    Raises:
+        ClientError: a load failed (the model keeps the config it had).
+    """
+    original = repo.config(model)
+    leveled = copy.deepcopy(original)
+    policy = queue_policy.priority_policy(config_set)
+    leveled.setdefault("dynamic_batching", {}).update(queue_policy.config_json(policy))
+    repo.load(model, config=leveled)
+    try:
+        yield leveled
+    finally:
+        repo.load(model, config=original)
 
 
 class BulkFlood:
@@ -176,7 +207,11 @@ def main(argv: list[str] | None = None) -> int:
         log_file=BUILD_DIR / "bench" / "priority-server.log",
     )
     rounds: dict[str, FloodResult] = {}
-    with TritonServer(options):
+    with (
+        TritonServer(options),
+        RepositoryClient(options.http_url, "http") as repo,
+        priority_levels(repo),
+    ):
         url = options.url(args.protocol)
         flood(url, args.protocol, texts, realtime_requests=3)  # warm-up, not reported
         for name, priority in (("realtime priority (1)", REALTIME), ("no priority (2)", BULK)):

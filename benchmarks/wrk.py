@@ -78,13 +78,14 @@ def _ms(text: str) -> float:
 
 def parse(output: str, concurrency: int) -> Measurement:
     """A :class:`Measurement` from ``wrk --latency``'s report: requests/s, p50 and p99 of its
-    latency distribution (``wrk`` reports no p95: NaN), requests completed and errors (non-2xx
-    answers plus socket errors).
+    latency distribution (``wrk`` reports no p95: NaN), the slowest request, requests completed
+    and errors (non-2xx answers plus socket errors).
 
     Raises:
         ValueError: the report lacks its requests/s or latency distribution lines.
     """
     rate = re.search(r"Requests/sec:\s+([0-9.]+)", output)
+    latency = re.search(r"^\s+Latency\s+\S+\s+\S+\s+(\S+)", output, flags=re.M)
     percentiles = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", output, flags=re.M))
     done = re.search(r"^\s+(\d+) requests in", output, flags=re.M)
     if not rate or not done or set(percentiles) != {"50", "99"}:
@@ -102,6 +103,7 @@ def parse(output: str, concurrency: int) -> Measurement:
         _ms(percentiles["99"]),
         int(done.group(1)),
         errors,
+        _ms(latency.group(1)) if latency else float("nan"),
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tritonrepo.description import Deployment, Pipeline, Step, Tensor
-from tritonrepo.server.queue_policy import CORE_CPU, CORE_GPU, STEP, LevelPolicy, QueuePolicy
+from tritonrepo.server.queue_policy import PLAIN, LevelPolicy, QueuePolicy, priority_policy
 from tritonrepo_client.control.model_calls import CALLS_PARAMETER
 from tritonrepo_client.model_repository.config_sets import CONFIG_SETS, DEFAULT_SET, ConfigSet
 from tritonrepo_client.model_repository.dtypes import BY_NAME
@@ -96,22 +96,14 @@ def _level(policy: LevelPolicy, indent: str) -> str:
 
 
 def _queue_policy(policy: QueuePolicy) -> str:
-    if not policy.priority_levels and not policy.default.timeout_us:
+    if not policy.priority_levels:
         return (
             "  # Triton's plain queue, so the batcher prefetches batches (no priority levels,\n"
-            "  # bounds or timeouts): ONE_STEP in tritonrepo/server/queue_policy.py says why.\n"
-        )
-    if not policy.priority_levels:
-        d = policy.default
-        return (
-            "  # Queue policy (1 h default timeout, not 0): tritonrepo/server/queue_policy.py.\n"
-            f"  default_queue_policy {{ allow_timeout_override: "
-            f"{str(d.allow_timeout_override).lower()} default_timeout_microseconds: "
-            f"{d.timeout_us} }}\n"
+            "  # bounds or timeouts): PLAIN in tritonrepo/server/queue_policy.py says why.\n"
         )
     text = (
-        "  # Queue policy (2 priority levels, bounded REJECT queues): "
-        "tritonrepo/server/queue_policy.py.\n"
+        "  # Queue policy (2 priority levels, bounded REJECT queues; the description's\n"
+        "  # priority_levels): tritonrepo/server/queue_policy.py.\n"
         f"  priority_levels: {policy.priority_levels}\n"
         f"  default_priority_level: {policy.default_priority_level}\n"
         "  default_queue_policy {\n" + _level(policy.default, "    ") + "  }\n"
@@ -214,7 +206,7 @@ def step_config(
             _io("input", inputs, ragged=deployment.ragged_inputs),
             _io("output", outputs, labels=True),
             f"instance_group [ {{ count: {deployment.instances} kind: KIND_CPU }} ]\n",
-            _batching(deployment, STEP) if max_batch_size else "",  # 0: nothing to batch
+            _batching(deployment, PLAIN) if max_batch_size else "",  # 0: nothing to batch
             _parameters(parameters),
         ]
     )
@@ -267,7 +259,8 @@ def core_config(
     deployment = core.deployments["cpu"] if own is None else own
     kind_lines, kind = CORE_SETS[runtime]
     profile = ' profile: [ "0" ]' if runtime == DEFAULT_SET else ""
-    policy = CORE_CPU if config_set == "cpu" else CORE_GPU  # the set's queue sizes
+    levels = deployment.priority_levels
+    policy = priority_policy(config_set if config_set != DEFAULT_SET else None) if levels else PLAIN
     parameters = core.deployments["cpu"].parameters if note else deployment.parameters
     versions = ", ".join(str(v) for v in core.versions)
     return "".join(

@@ -11,7 +11,7 @@ stage is set up here exactly as its own model is. Which pipelines may ask for it
 The one-step model has as many instances as the busiest of its stages in the set (each instance
 is one process, with its own copy of the program on the GPU), no queue delay (whatever queued
 while the instances were busy is one batch, up to the pipeline's ``max_batch_size``) and
-Triton's plain queue (:data:`tritonrepo.server.queue_policy.ONE_STEP`).
+Triton's plain queue (:data:`tritonrepo.server.queue_policy.PLAIN`).
 """
 
 from __future__ import annotations

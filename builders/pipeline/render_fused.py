@@ -10,7 +10,7 @@ CPU, and preprocess and postprocess given as functions that call no model.
 
 The fused model takes the core's ``cpu`` deployment (dynamic batching delays and preferred
 sizes, ONNX Runtime parameters; instances: :func:`fused_instances`) with Triton's
-plain queue (:data:`tritonrepo.server.queue_policy.ONE_STEP`, which says why): priorities,
+plain queue (:data:`tritonrepo.server.queue_policy.PLAIN`, which says why): priorities,
 queue bounds and request timeouts apply to the ensemble's core, not here.
 """
 

@@ -6,7 +6,7 @@ core in one process; the GPU one (:mod:`builders.pipeline.render_chained`) runs 
 own code there. A pipeline can have both (a version folder holds one ``model.py``): it names
 :class:`tritonrepo.pipelines.one_step.OneStep`, which runs the form the loaded config names.
 Both serve under the pipeline's name, with its inputs and outputs, the core's
-served versions and Triton's plain queue (:data:`tritonrepo.server.queue_policy.ONE_STEP`).
+served versions and Triton's plain queue (:data:`tritonrepo.server.queue_policy.PLAIN`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from builders.pipeline.render import _batching, _header, _io, _parameters
 from tritonrepo.description import Deployment, Pipeline
-from tritonrepo.server.queue_policy import ONE_STEP
+from tritonrepo.server.queue_policy import PLAIN
 
 
 def one_step_config(
@@ -38,7 +38,7 @@ def one_step_config(
             _io("input", pipeline.inputs),
             _io("output", pipeline.outputs, labels=True),
             f"instance_group [ {{ count: {instances} kind: {kind} }} ]\n",
-            _batching(deployment, ONE_STEP),
+            _batching(deployment, PLAIN),
             _parameters(parameters),
         ]
     )

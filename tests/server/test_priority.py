@@ -1,13 +1,15 @@
-"""Priority levels and queue limits of the core models, on real servers.
+"""Priority levels and queue limits of a core model that asks for them, on real servers.
 
-* Every config set of every core model has two priority levels (1 real-time, the default; 2
-  bulk) and a bounded queue with a timeout that REJECTs, for each level.
-* Under a bulk flood, real-time requests are answered before the bulk ones queued with them
+The shipped configs keep Triton's plain queue (tests/unit/test_queue_policy.py); here the
+text encoder is reloaded with the two levels that ``priority_levels = 2`` in a description
+writes (:func:`benchmarks.priority.priority_levels`, the generator's own policy), and:
+
+* under a bulk flood, real-time requests are answered before the bulk ones queued with them
   (ordering only; ``make bench`` reports the latency ratio: ``benchmarks/priority.py``), and
-  every real-time answer matches sentence-transformers.
-* A full bulk queue refuses requests at once with Triton's "Exceeds maximum queue size"
-  (HTTP 503 / gRPC UNAVAILABLE: ``ServerUnavailable``), while real-time requests are served.
-* The CLI's ``--priority`` and ``--timeout-us`` reach Triton.
+  every real-time answer matches sentence-transformers;
+* a full bulk queue refuses requests at once with Triton's "Exceeds maximum queue size"
+  (HTTP 503 / gRPC UNAVAILABLE: ``ServerUnavailable``), while real-time requests are served;
+* the CLI's ``--priority`` and ``--timeout-us`` reach Triton.
 """
 
 from __future__ import annotations
@@ -15,18 +17,19 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
-from benchmarks.priority import REALTIME_TEXT, BulkFlood, flood
+from benchmarks.priority import REALTIME_TEXT, BulkFlood, flood, priority_levels
 from reference_data.text_corpus import real_texts
 from tests.conftest import client_cli, wait_for
-from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.server import queue_policy
+from tritonrepo.server.launcher import TritonServer
 from tritonrepo.text import spec
 from tritonrepo_client import ClientError, EmbeddingClient, RepositoryClient
-from tritonrepo_client.model_repository.configs import load_config
 from tritonrepo_client.retry import NO_RETRY
 from tritonrepo_client.scheduling import BULK, REALTIME
 
@@ -35,47 +38,44 @@ SAME = 0.999  # min cosine to sentence-transformers (the CPU FP32 encoder reache
 DEADLINE_S = 120.0
 
 
-def config_files(model: str) -> list:
-    folder = MODEL_REPOSITORY / model
-    return [folder / "config.pbtxt", *sorted((folder / "configs").glob("*.pbtxt"))]
+@contextmanager
+def leveled(server: TritonServer) -> Iterator[tuple[RepositoryClient, dict]]:
+    """``server``'s text encoder with two priority levels (restored afterwards): the
+    repository client and the config it runs."""
+    options = server.options
+    with (
+        RepositoryClient(options.http_url, "http", key=options.repository_key) as repo,
+        priority_levels(repo) as config,
+    ):
+        yield repo, config
 
 
-def batching_core_models() -> tuple[str, ...]:
-    """The core models (read from the configs: :func:`queue_policy.core_models`) that batch
-    requests in every config set; a stateful one (``sequence_batching``, ``ctr_session``'s
-    plan) has no queue policy in Triton."""
-    return tuple(
-        m
-        for m in queue_policy.core_models()
-        if not any(load_config(p).HasField("sequence_batching") for p in config_files(m))
-    )
-
-
-@pytest.mark.parametrize("model", batching_core_models())
-def test_every_config_set_has_priority_levels_and_rejecting_bounded_queues(model: str) -> None:
-    for path in config_files(model):
-        batching = load_config(path).dynamic_batching
-        assert batching.priority_levels == 2, path
-        assert batching.default_priority_level == REALTIME, path
-        policies = {REALTIME: batching.default_queue_policy}
-        policies[BULK] = batching.priority_queue_policy[BULK]
-        for level, policy in policies.items():
-            where = f"{path.relative_to(MODEL_REPOSITORY)} level {level}"
-            assert policy.timeout_action == policy.REJECT, where
-            assert policy.allow_timeout_override, where
-            assert policy.max_queue_size > 0, where
-            assert 0 < policy.default_timeout_microseconds <= 3_600_000_000, where
-        # Bulk may wait longer and queue deeper than real-time traffic.
-        assert policies[BULK].max_queue_size >= policies[REALTIME].max_queue_size, path
-        timeouts = [p.default_timeout_microseconds for p in (policies[REALTIME], policies[BULK])]
-        assert timeouts[1] >= timeouts[0], path
+@pytest.mark.server
+def test_the_levels_loaded_are_the_ones_a_description_asks_for(triton_server) -> None:
+    """What the running encoder reports after the reload: two levels, the CPU set's bounded
+    REJECT queues, bulk deeper and longer than real-time."""
+    with leveled(triton_server) as (repo, _):
+        batching = repo.config(spec.ENCODER_MODEL)["dynamic_batching"]
+    want = queue_policy.CORE_CPU
+    assert int(batching["priority_levels"]) == 2
+    assert int(batching["default_priority_level"]) == REALTIME
+    levels = {REALTIME: batching["default_queue_policy"],
+              BULK: batching["priority_queue_policy"][str(BULK)]}  # fmt: skip
+    for level, policy in levels.items():
+        expected = want.default if level == REALTIME else want.per_level[level]
+        assert policy["timeout_action"] == "REJECT", level
+        assert policy["allow_timeout_override"] is True, level
+        assert int(policy["max_queue_size"]) == expected.max_queue_size, level
+        assert int(policy["default_timeout_microseconds"]) == expected.timeout_us, level
+    assert int(levels[BULK]["max_queue_size"]) > int(levels[REALTIME]["max_queue_size"])
 
 
 @pytest.mark.server
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_realtime_requests_go_ahead_of_a_bulk_flood(triton_server, reference_embed, protocol):
     url = triton_server.options.url(protocol)
-    result = flood(url, protocol, real_texts(16), realtime_requests=6, bulk_clients=24)
+    with leveled(triton_server):
+        result = flood(url, protocol, real_texts(16), realtime_requests=6, bulk_clients=24)
     assert not result.realtime_errors, result.realtime_errors[:3]
     assert len(result.realtime_ms) == 6
     assert len(result.bulk_ms) >= 6, "the flood never got going"
@@ -93,13 +93,11 @@ def test_a_full_bulk_queue_refuses_at_once_while_realtime_is_served(control_serv
     restored afterwards): 12 bulk clients get immediate "Exceeds maximum queue size"
     refusals; real-time requests sent meanwhile are all served."""
     options = control_server.options
-    repo = RepositoryClient(options.http_url, "http", key=options.repository_key)
-    original = repo.config(spec.ENCODER_MODEL)
-    small = copy.deepcopy(original)
-    small["dynamic_batching"]["priority_queue_policy"][str(BULK)]["max_queue_size"] = 2
     realtime_errors: list[str] = []
-    repo.load(spec.ENCODER_MODEL, config=small)
-    try:
+    with leveled(control_server) as (repo, config):
+        small = copy.deepcopy(config)
+        small["dynamic_batching"]["priority_queue_policy"][str(BULK)]["max_queue_size"] = 2
+        repo.load(spec.ENCODER_MODEL, config=small)
         with (
             BulkFlood(options.grpc_url, "grpc", real_texts(16), clients=12) as bulk,
             EmbeddingClient(options.http_url, "http", retry=NO_RETRY) as realtime,
@@ -114,9 +112,6 @@ def test_a_full_bulk_queue_refuses_at_once_while_realtime_is_served(control_serv
                     realtime.embed([REALTIME_TEXT], timeout_s=DEADLINE_S)
                 except ClientError as exc:
                     realtime_errors.append(str(exc))
-    finally:
-        repo.load(spec.ENCODER_MODEL, config=original)
-        repo.close()
     assert not realtime_errors, realtime_errors
     assert not bulk.failed, bulk.failed[:3]
     assert bulk.refused, "no bulk request was refused with a queue of 2"
@@ -137,8 +132,9 @@ def test_cli_priority_and_queue_timeout_reach_triton(triton_server):
     ok = client_cli("--url", url, "--priority", "bulk", "--timeout-us", "30000000", "embed", "hi")
     assert ok.returncode == 0, ok.stderr
     assert len(json.loads(ok.stdout.splitlines()[0])["embedding"]) == 384
-    # A 1 µs queue timeout behind a flood: Triton rejects it, so the value reached the server.
-    with BulkFlood(url, "http", real_texts(16), clients=8) as bulk:
+    # A 1 µs queue timeout behind a flood: Triton rejects it, so the value reached the server
+    # (a queue with levels applies a request's timeout; the plain queue would not).
+    with leveled(triton_server), BulkFlood(url, "http", real_texts(16), clients=8) as bulk:
         deadline = time.monotonic() + DEADLINE_S
         while not bulk.served_ms and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -1,14 +1,20 @@
-"""Every config set of every batching model carries the queue policy of
-tritonrepo.server.queue_policy, read through tritonclient's ModelConfig protobuf; the client's
-priority levels (tritonrepo_client.scheduling, its own copy) agree with it."""
+"""Every config set of every batching model carries a queue policy of
+tritonrepo.server.queue_policy (Triton's plain queue, or a core model's two priority levels
+where its description asks for them), read through tritonclient's ModelConfig protobuf; the
+generator writes the levels where a description sets priority_levels; the client's priority
+levels (tritonrepo_client.scheduling, its own copy) agree with the source."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import tomllib
+from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from tests.unit.pipeline_fixtures.workspace import PACKAGE, TOY_TOML, edited
+from tritonrepo.description import DescriptionError, parse
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.server import queue_policy
 from tritonrepo.server.queue_policy import LevelPolicy, QueuePolicy, expected_policy
@@ -101,14 +107,25 @@ def test_every_config_set_carries_the_one_queue_policy(path: Path):
         names = {f.name for f in mc.ModelSequenceBatching.DESCRIPTOR.fields}
         assert not names & set(QUEUE_FIELDS_ALL), f"{_id(path)}: sequence_batching gained {names}"
         return
-    want = expected_policy(cfg.name, _config_set(path))
+    levels = cfg.dynamic_batching.priority_levels
+    want = expected_policy(cfg.name, _config_set(path), levels)
     problems = mismatches(cfg.dynamic_batching, want)
     assert not problems, f"{_id(path)}: " + "; ".join(problems)
 
 
+def test_the_shipped_models_keep_the_plain_queue():
+    """No shipped description asks for priority levels: every batching model prefetches (the
+    500 ms wait of a queue policy is met at concurrency 4 on 2 cores)."""
+    for path in _batching_configs():
+        batching = load_config(path).dynamic_batching
+        assert not mismatches(batching, queue_policy.PLAIN), _id(path)
+
+
 def test_the_check_names_file_and_field_on_a_mismatch():
-    path = MODEL_REPOSITORY / "ctr_model" / "configs" / "cpu.pbtxt"
-    batching = load_config(path).dynamic_batching
+    batching = mc.ModelDynamicBatching()
+    queue_policy_json = queue_policy.config_json(queue_policy.CORE_CPU)
+    json_format.ParseDict(queue_policy_json, batching)
+    assert not mismatches(batching, queue_policy.CORE_CPU)
     batching.priority_queue_policy[2].max_queue_size = 999
     batching.default_queue_policy.timeout_action = mc.ModelQueuePolicy.DELAY
     assert mismatches(batching, queue_policy.CORE_CPU) == [
@@ -116,7 +133,42 @@ def test_the_check_names_file_and_field_on_a_mismatch():
         "dynamic_batching.priority_queue_policy[2].max_queue_size = 999, expected 1024",
     ]
     # The GPU sizes differ from the CPU ones: a CPU config set with GPU sizes fails.
-    assert mismatches(load_config(path).dynamic_batching, queue_policy.CORE_GPU)
+    assert mismatches(batching, queue_policy.CORE_GPU)
+    assert mismatches(batching, queue_policy.PLAIN)
+
+
+def toy_pipeline(model_extra: str = "", preprocess_extra: str = ""):
+    """The test suite's toy description (tests/unit/pipeline_fixtures) with lines added to its
+    [model] and [preprocess] tables, read as the generator reads it."""
+    text = edited(TOY_TOML, "[postprocess]", "[postprocess]")  # the toy text, unchanged
+    text = edited(text, f'build = "{PACKAGE}.model:build"\n',
+                  f'build = "{PACKAGE}.model:build"\n{model_extra}\n')  # fmt: skip
+    text = edited(text, "[postprocess]", "[postprocess]")
+    if preprocess_extra:
+        text = edited(text, "dims = [1] }]\n", f"dims = [1] }}]\n{preprocess_extra}")
+    return parse(tomllib.loads(text), Path("pipelines/toy/pipeline.toml"))
+
+
+def test_a_description_that_asks_for_priorities_gets_them_on_its_core_only():
+    """``priority_levels = 2`` in [model] gives the core model the two levels in every set, with
+    each device's queue sizes; ``[model.cpu] priority_levels = 0`` keeps the CPU set plain; a
+    step cannot ask for them."""
+    from builders.pipeline import render
+
+    pipeline = toy_pipeline(model_extra="priority_levels = 2\n[model.cpu]\npriority_levels = 0\n")
+    core = pipeline.core
+    assert core.deployments["default"].priority_levels == 2
+    assert core.deployments["cpu"].priority_levels == 0
+    inputs = outputs = [render.CoreTensor("x", "FP32", (2,))]
+    for config_set, want in (("default", queue_policy.CORE_GPU), ("cpu", queue_policy.PLAIN)):
+        text = render.core_config(pipeline, inputs, outputs, config_set)
+        batching = mc.ModelConfig()
+        text_format.Parse(text, batching)
+        assert not mismatches(batching.dynamic_batching, want), config_set
+    with pytest.raises(DescriptionError, match="priority levels are the core model's"):
+        toy_pipeline(preprocess_extra="priority_levels = 2\n")
+    with pytest.raises(DescriptionError, match="priority_levels"):
+        toy_pipeline(model_extra="priority_levels = 3\n")
 
 
 def test_client_priority_levels_agree_with_the_source():
@@ -138,6 +190,11 @@ def test_bulk_may_wait_longer_and_queue_deeper_than_realtime():
         bulk, realtime = policy.per_level[queue_policy.BULK], policy.default
         assert bulk.timeout_us >= realtime.timeout_us
         assert bulk.max_queue_size >= realtime.max_queue_size > 0
-    # A default timeout of 0 would make Triton ignore every request's own timeout.
-    assert queue_policy.STEP.default.timeout_us > 0
-    assert queue_policy.STEP.default.allow_timeout_override
+    # The plain queue is exactly the one Triton prefetches with (scheduler_utils.cc).
+    plain = queue_policy.PLAIN
+    assert (plain.priority_levels, plain.default.timeout_us, plain.default.max_queue_size) == (
+        0,
+        0,
+        0,
+    )
+    assert not plain.default.allow_timeout_override

@@ -76,12 +76,19 @@ def _step(r: _Reader, raw: Any, where: str, default_model: str, extra_outputs: b
     docs = r.get(raw, "doc", where, str, "")
     defaults = {"default": replace(STEP_DEFAULT, doc=docs)}
     calls = _calls(r, raw, where, step)
+    deployments = _deployments(r, raw, where, defaults)
+    if any(d.priority_levels for d in deployments.values()):
+        r.problem(
+            f"{where}.priority_levels",
+            "priority levels are the core model's ([model] priority_levels = 2): a step's "
+            "queue stays Triton's plain one",
+        )
     return Step(
         model=r.get(raw, "model", where, str, default_model),
         function=function,
         step=step,
         outputs=_tensors(r, raw.get("outputs"), f"{where}.outputs"),
-        deployments=_deployments(r, raw, where, defaults),
+        deployments=deployments,
         doc=docs,
         calls=calls,
     )

@@ -129,7 +129,11 @@ _DEPLOYMENT_KEYS = (
     "parameters",
     "doc",
     "ragged_inputs",
+    "priority_levels",
 )
+# The values of ``priority_levels``: none (Triton's plain queue) or real-time and bulk
+# (tritonrepo.server.queue_policy: REALTIME, BULK).
+PRIORITY_LEVELS = (0, 2)
 
 
 def _deployment(r: _Reader, raw: Mapping[str, Any], where: str, base: Deployment) -> Deployment:
@@ -152,6 +156,13 @@ def _deployment(r: _Reader, raw: Mapping[str, Any], where: str, base: Deployment
     bad = [k for k, v in parameters.items() if not isinstance(v, str)]
     if bad:
         r.problem(f"{where}.parameters", f"values of {bad} must be strings (Triton parameters)")
+    levels = r.get(raw, "priority_levels", where, int, base.priority_levels)
+    if levels not in PRIORITY_LEVELS:
+        r.problem(
+            f"{where}.priority_levels",
+            f"{levels}: give 2 (real-time and bulk, bounded queues with timeouts) or 0 (Triton's "
+            "plain queue, the default)",
+        )
     return Deployment(
         instances,
         delay,
@@ -160,6 +171,7 @@ def _deployment(r: _Reader, raw: Mapping[str, Any], where: str, base: Deployment
         {k: str(v) for k, v in parameters.items()},
         r.get(raw, "doc", where, str, base.doc),
         tuple(names),
+        levels if levels in PRIORITY_LEVELS else 0,
     )
 
 

@@ -89,6 +89,11 @@ class Deployment:
     ``ragged_inputs`` names the model's inputs declared ``allow_ragged_batch: true`` in this set
     (the batcher joins requests whose shapes differ along their non-batch dims; the backend must
     take such a batch, as ``onnxruntime_python`` with ``sequence_mask_input`` does).
+    ``priority_levels`` (a core model only: 0 or 2) gives the set's dynamic batcher Triton's two
+    priority levels with bounded queues and queue timeouts
+    (:data:`tritonrepo.server.queue_policy.CORE_CPU` / ``CORE_GPU``); 0, the default, keeps
+    Triton's plain queue, the only one with which the batcher never waits 500 ms for a free
+    instance (docs/known_issues.md).
     """
 
     instances: int = 1
@@ -98,6 +103,7 @@ class Deployment:
     parameters: Mapping[str, str] = field(default_factory=dict)
     doc: str = ""
     ragged_inputs: tuple[str, ...] = ()
+    priority_levels: int = 0
 
 
 @dataclass(frozen=True)

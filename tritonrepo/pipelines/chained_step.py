@@ -30,7 +30,7 @@ Per request, as in the ensemble: an error a stage gives one request (its ``prepa
 an exception among its ``run`` results) is that request's error, prefixed with the stage's model
 name and of the same kind (an InvalidRequest stays a client error); the other requests of the
 batch go on. Priorities, queue bounds and request timeouts are the ensemble core's, not this
-model's (it has Triton's plain queue, :data:`tritonrepo.server.queue_policy.ONE_STEP`).
+model's (it has Triton's plain queue, :data:`tritonrepo.server.queue_policy.PLAIN`).
 """
 
 from __future__ import annotations

@@ -16,12 +16,13 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SOAK_MINUTES ?= 10
 
-.PHONY: help setup artifacts pipeline-artifacts pipeline gpu-pack serve test test-unit bench bench-quick bench-priority bench-pipelines fallback-cpu fallback-gpu profile perf-deps int8-study lint clean soak \
+.PHONY: help setup artifacts pipeline-artifacts pipeline gpu-pack serve test test-unit bench bench-quick bench-priority bench-pipelines bench-smoke bench-tails fallback-cpu fallback-gpu profile perf-deps int8-study lint clean soak \
 	k8s-deps k8s-validate monitoring-deps guard-deps \
 	artifacts-gpu test-gpu bench-gpu build-plans serve-gpu
 
 help:
 	@echo "make serve     set up, build the artifacts, run the embedded Triton server (Ctrl-C stops)"
+	@echo "make serve MODELS=x  build only pipeline x (and what it calls), serve only x"
 	@echo "make test      set up, build the artifacts, run the tests against a real server"
 	@echo "make test-unit the tests that need no server and no artifacts (tests/unit, < 1 min)"
 	@echo "make setup     create $(VENV) with the versions pinned in requirements.txt"
@@ -31,6 +32,8 @@ help:
 	@echo "make bench-quick  the same harness, a few seconds per system (what CI runs)"
 	@echo "make bench-priority  real-time requests under a bulk flood, with and without priority"
 	@echo "make bench-pipelines  described pipelines: lines written, time to first answer, served vs in-process and FastAPI (~8 min)"
+	@echo "make bench-smoke  guard vs Triton's own port vs FastAPI on one small pipeline, ratios only (~40 s; CI runs it)"
+	@echo "make bench-tails  the shipped ensembles' p50/p99/max at concurrency 1, 4, 16 (~3 min)"
 	@echo "make fallback-cpu  switch a running server to the CPU configs, no downtime (URL=...)"
 	@echo "make fallback-gpu  ... and back to GPU_CONFIGS (default: config.pbtxt, TensorRT)"
 	@echo "make soak      one server, mixed traffic for SOAK_MINUTES (10); leak checks (build/soak/)"
@@ -83,8 +86,17 @@ pipeline: $(STAMP)
 build/tensorrt/real_texts.json: $(STAMP) builders/tensorrt/plan_data.py reference_data/text_corpus.py
 	$(PY) -m builders.tensorrt.plan_data
 
-serve: artifacts guard-deps
+# make serve MODELS="my_model ...": build only those pipelines and the ones whose models they
+# call (python -m builders.pipeline.build --with-calls), not every shipped model, then serve
+# only them (the launcher loads what they call). Without MODELS: every model, built first.
+MODELS ?=
+serve: $(if $(strip $(MODELS)),$(STAMP),artifacts) guard-deps
+ifeq ($(strip $(MODELS)),)
 	$(PY) -m tritonrepo.server.serve $(SERVE_ARGS)
+else
+	$(PY) -m builders.pipeline.build --with-calls $(MODELS)
+	$(PY) -m tritonrepo.server.serve $(addprefix --model ,$(MODELS)) $(SERVE_ARGS)
+endif
 
 # The test files run on TEST_WORKERS pytest-xdist workers, a file on one worker with its servers
 # (--dist loadfile); TEST_WORKERS=0 runs them all in one process.
@@ -184,6 +196,17 @@ bench-quick: artifacts perf-deps guard-deps
 # answer, served (HTTP guard) vs in-process and vs FastAPI + gunicorn (~8 min; build/bench/pipelines/).
 bench-pipelines: artifacts perf-deps guard-deps
 	$(PY) -m benchmarks.pipelines $(BENCH_ARGS)
+
+# A small described pipeline through the HTTP guard vs Triton's own port and vs its FastAPI
+# service, a few seconds each (~40 s): exit 1 only on a gross regression (CI runs it after the
+# tests; benchmarks/ratio_smoke.py gives the floors).
+bench-smoke: artifacts perf-deps guard-deps
+	$(PY) -m benchmarks.ratio_smoke $(BENCH_ARGS)
+
+# The shipped ensembles' latency tail at concurrency 1, 4 and 16 (~3 min; add
+# BENCH_ARGS=--priorities for the tail a queue policy gives): benchmarks/ensemble_tails.py.
+bench-tails: artifacts perf-deps guard-deps
+	$(PY) -m benchmarks.ensemble_tails $(BENCH_ARGS)
 
 soak: artifacts
 	$(PY) -m benchmarks.soak --minutes $(SOAK_MINUTES)

@@ -3,6 +3,12 @@
 Usage::
 
     python -m builders.pipeline.build [NAME ...]    # default: every pipelines/*/pipeline.toml
+    python -m builders.pipeline.build --with-calls NAME ...   # and the pipelines they call
+
+Each is built after the pipelines whose models it calls (:mod:`builders.pipeline.build_plan`).
+A pipeline that is described but not generated yet (a model of it without ``config.pbtxt`` in
+the repository) stops the run before anything is built: one line naming ``make pipeline
+NAME=<name>``, exit 1, nothing written.
 
 A ``builder`` core (e.g. image_classification's ``builders.onnx_export.image``) is built by
 running its module, when its sources changed or a file it makes is missing
@@ -10,7 +16,9 @@ running its module, when its sources changed or a file it makes is missing
 a ``build`` function:
 
 1. the model is obtained (:func:`builders.pipeline.graph.obtain_model`) and written to
-   ``<core>/<first served version>/model.onnx``;
+   ``<core>/<first served version>/model.onnx``; an output whose fixed first dim the samples
+   prove is the batch (onnxmltools' LightGBM ``label``, declared ``[1]``) gets the dynamic
+   batch dim first, said in one line and recorded (:mod:`builders.pipeline.batch_dims`);
 2. parity: the samples go through the preprocess function, then ONNX Runtime runs the whole
    batch at once and each row alone; every output must agree within :data:`PARITY_ATOL` (a
    graph whose rows depend on each other, or on the batch size, fails here);
@@ -53,7 +61,8 @@ import numpy as np
 
 from builders.metadata import BUILD_METADATA_FILE, write_metadata
 from builders.onnx_export.quantization import quantize_qdq
-from builders.pipeline import drift_profile, module_build
+from builders.pipeline import batch_dims, drift_profile, module_build
+from builders.pipeline.build_plan import build_order, not_generated, with_calls
 from builders.pipeline.graph import ModelSourceError, obtain_model
 from builders.pipeline.in_process import InProcess, Replay
 from builders.torch_programs import described_export
@@ -215,10 +224,13 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
             "is exported from a torch module: return (torch.nn.Module, {input: example tensor}), "
             "or leave [model.torch_gpu] out"
         )
+    feeds = core_feeds(pipeline, model.SerializeToString())
+    freed = batch_dims.free_on_feeds(model, feeds)  # a converter's fixed batch dim, made dynamic
+    if freed:
+        print(batch_dims.note(f"{pipeline.name}: model", freed, batch_dims.batch_rows(feeds)))
     folder.mkdir(parents=True, exist_ok=True)
     staged = folder / "model.onnx.tmp"
     staged.write_bytes(model.SerializeToString())
-    feeds = core_feeds(pipeline, model.SerializeToString())
     try:
         figures = parity(staged, feeds)
     except BaseException:
@@ -238,6 +250,7 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
         "description": description_path(pipeline),
         "source_sha256": digest,
         "source": core.onnx or f"{core.build}()",
+        **({"batch_dim_made_dynamic": {k: list(v) for k, v in freed.items()}} if freed else {}),
         "parity_rows": len(next(iter(feeds.values()))),
         "parity_max_abs": figures,
         "seconds": round(time.monotonic() - started, 1),
@@ -269,42 +282,26 @@ def description_path(pipeline: Pipeline | GraphPipeline) -> str:
     )
 
 
-def build_order(pipelines: Sequence[Pipeline]) -> list[Pipeline]:
-    """``pipelines`` with each one after the pipelines whose models it calls through BLS
-    (``calls`` of its steps or its session): ctr_session's core graph is built from
-    ctr_ranking's ctr_model. Otherwise in the given order.
-
-    Raises:
-        DescriptionError: the calls form a cycle (named).
-    """
-    owner = {model: p.name for p in pipelines for model in p.models if model}
-    needs: dict[str, set[str]] = {}
-    for p in pipelines:
-        if isinstance(p, GraphPipeline):  # its steps call only its own models
-            needs[p.name] = set()
+def _described_quietly() -> list[Pipeline]:
+    """Every description under ``pipelines/`` that loads (the others are not asked for)."""
+    described = []
+    for path in discover(PIPELINES):
+        try:
+            described.append(load(path))
+        except DescriptionError:
             continue
-        called = {*p.preprocess.calls, *p.postprocess.calls}
-        if p.core_state is not None:
-            called.update(c.model for c in p.core_state.calls)
-        needs[p.name] = {owner[m] for m in called if m in owner and owner[m] != p.name}
-    ordered: list[Pipeline] = []
-    done: set[str] = set()
-    pending = list(pipelines)
-    while pending:
-        ready = [p for p in pending if needs[p.name] <= done]
-        if not ready:
-            names = ", ".join(p.name for p in pending)
-            raise DescriptionError(pending[0].source, [f"calls: a cycle among {names}"])
-        ordered.extend(ready)
-        done.update(p.name for p in ready)
-        pending = [p for p in pending if p.name not in done]
-    return ordered
+    return described
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line; exit 0 when every requested pipeline is built or up to date."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="pipelines to build (default: all)")
+    parser.add_argument(
+        "--with-calls",
+        action="store_true",
+        help="also build the pipelines whose models the named ones call (make serve MODELS=...)",
+    )
     parser.add_argument("--repository", type=Path, default=MODEL_REPOSITORY)
     parser.add_argument(
         "--list-built", action="store_true", help="print the files the builds make, one a line"
@@ -330,6 +327,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         except DescriptionError as exc:
             print(f"error: {path.parent.name}: {exc}", file=sys.stderr)
             failed += 1
+    if args.with_calls and args.names:
+        pipelines = with_calls(pipelines, _described_quietly())
+    missing = not_generated(pipelines, args.repository)
+    if missing:  # before anything is built: a built core would make the generator refuse it
+        commands = " and ".join(f"`make pipeline NAME={name}`" for name in missing)
+        print(f"error: {', '.join(missing)}: described but not generated yet; run {commands} "
+              "first (nothing built)", file=sys.stderr)  # fmt: skip
+        return 1
     try:
         pipelines = build_order(pipelines)
     except DescriptionError as exc:

@@ -5,7 +5,9 @@ For each core (an ``onnx`` file or a ``build`` function): the model is written t
 ``<core>/<first served version>/model.onnx``; the samples run through the whole chain in one
 process (:class:`builders.pipeline.graph_in_process.GraphInProcess`), which records every
 feed each core gets (as an ensemble step or through a step's calls), and the batch parity
-check of :func:`builders.pipeline.build.parity` runs on each of those feeds; then
+check of :func:`builders.pipeline.build.parity` runs on each of those feeds (an output whose
+fixed first dim the samples prove is the batch gets the dynamic batch dim first:
+:mod:`builders.pipeline.batch_dims`); then
 ``build_metadata.json`` records the pipeline, the source digest and the figures. A core whose
 recorded digest equals the current one is left as it is.
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from builders.metadata import BUILD_METADATA_FILE, write_metadata
+from builders.pipeline import batch_dims
 from builders.pipeline import build as single
 from builders.pipeline.graph import obtain_model
 from builders.pipeline.graph_in_process import GraphInProcess
@@ -48,6 +51,7 @@ def build_graph(pipeline: GraphPipeline, repository: Path) -> dict[str, Any] | N
     models = {k: obtain_model(pipeline.core_view(k)).SerializeToString() for k in pipeline.cores}
     runner = GraphInProcess(pipeline, models)
     runner.run(import_ref(pipeline.samples or "")())
+    freed = {key: _free_batch_dims(pipeline, key, models, runner) for key in pipeline.cores}
     figures: dict[str, dict[str, float]] = {}
     for key, core in pipeline.cores.items():
         folder = folders[key]
@@ -71,6 +75,7 @@ def build_graph(pipeline: GraphPipeline, repository: Path) -> dict[str, Any] | N
             "description": single.description_path(pipeline),
             "source_sha256": digest,
             "source": core.onnx or f"{core.build}()",
+            **({"batch_dim_made_dynamic": freed[key]} if freed[key] else {}),
             "parity_calls": len(runner.cores[key].feeds),
             "parity_max_abs": figures.get(core.model, {}),
             "seconds": round(time.monotonic() - started, 1),
@@ -87,3 +92,23 @@ def build_graph(pipeline: GraphPipeline, repository: Path) -> dict[str, Any] | N
         "seconds": round(time.monotonic() - started, 1),
         "parity_max_abs": figures,
     }
+
+
+def _free_batch_dims(
+    pipeline: GraphPipeline, key: str, models: dict[str, bytes], runner: GraphInProcess
+) -> dict[str, list[int | None]]:
+    """Core ``key``'s outputs whose fixed first dim its last call on the samples proves is the
+    batch, made dynamic in ``models[key]`` (replaced; :mod:`builders.pipeline.batch_dims`) and
+    said in one line: ``{output: the shape declared before}`` (empty: unchanged)."""
+    import onnx
+
+    feeds = runner.cores[key].feeds
+    if not feeds:
+        return {}
+    model = onnx.load_from_string(models[key])
+    freed = batch_dims.free_on_feeds(model, feeds[-1])
+    if freed:
+        models[key] = model.SerializeToString()
+        rows = batch_dims.batch_rows(feeds[-1])
+        print(batch_dims.note(f"{pipeline.name}: models.{key}", freed, rows))
+    return {name: list(shape) for name, shape in freed.items()}

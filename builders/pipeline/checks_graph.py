@@ -195,9 +195,11 @@ def _run_chain(
                     "declare them or drop them"
                 )
         else:
-            io = graph_io(models[step.core])
             core = runner.cores[step.core or ""]
-            checks_samples._check_declared_outputs(io, core.names, core.last, problems)
+            who = f"{pipeline.name}: models.{step.core}"
+            checks_samples._check_core_outputs(
+                models[step.core], core.feeds[-1], core.names, core.last, problems, who
+            )
         if problems:
             return
         tensors.update(out)

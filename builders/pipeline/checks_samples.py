@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from builders.pipeline import batch_dims
 from builders.pipeline.graph import GraphIO, graph_io
 from builders.pipeline.in_process import InProcess
 from tritonrepo.description import DTYPES, Pipeline, Tensor
@@ -112,6 +113,21 @@ def _check_declared_outputs(io: GraphIO, names: list[str], results: list[np.ndar
         )
 
 
+def _check_core_outputs(model: Any, feeds: Mapping[str, np.ndarray], names: list[str],
+                        results: list[np.ndarray], problems: list[str],
+                        who: str) -> None:  # fmt: skip
+    """The core model's outputs on the samples against its declared shapes: first, an output
+    whose fixed first dim the samples prove is the batch gets the graph's dynamic batch dim
+    (``model``, an ``onnx.ModelProto``, is edited in place; one line on stdout names it,
+    prefixed with ``who``: :mod:`builders.pipeline.batch_dims`); then every other mismatch is a
+    problem (:func:`_check_declared_outputs`). ``feeds`` are the inputs ``results`` came from."""
+    rows = batch_dims.batch_rows(feeds)
+    freed = batch_dims.free_fixed_batch_dims(model, names, results, rows)
+    if freed:
+        print(batch_dims.note(who, freed, rows))
+    _check_declared_outputs(graph_io(model), names, results, problems)
+
+
 def probe_json(pipeline: Pipeline, samples: Mapping[str, np.ndarray]) -> str:
     """The health probe: the sample row whose request is smallest, as KServe v2 JSON input
     tensors (BYTES items as UTF-8 strings, or ``{"b64": ...}`` for binary data), every
@@ -206,8 +222,10 @@ def _run_samples(pipeline, make_samples, pre, post, model, core_inputs, core_out
     if problems or model is None:
         return probe
     runner = InProcess(pipeline, model.SerializeToString(), quiet_session_options())
-    results = runner.run_core(runner.core_feeds(pre_out))
-    _check_declared_outputs(graph_io(model), runner.names, results, problems)
+    feeds = runner.core_feeds(pre_out)
+    results = runner.run_core(feeds)
+    who = f"{pipeline.name}: model"
+    _check_core_outputs(model, feeds, runner.names, results, problems, who)
     if problems:
         return probe
     post_in = runner.post_inputs(pre_out, results)

@@ -21,13 +21,12 @@ from builders.pipeline.checks import (
 from builders.pipeline.checks_samples import (
     MIN_SAMPLE_ROWS,
     PROBE_LIMIT_BYTES,
-    _check_declared_outputs,
+    _check_core_outputs,
     _compare,
     _where,
     probe_json,
     quiet_session_options,
 )
-from builders.pipeline.graph import graph_io
 from builders.pipeline.in_process import Replay
 from tritonrepo.description import DescriptionError, Pipeline
 
@@ -134,8 +133,10 @@ def _replay_samples(pipeline, make_samples, model, core_inputs, problems) -> str
                 return probe
             joined.append(out)
     step_out = {k: np.concatenate([np.asarray(o[k]) for o in joined]) for k in joined[0]}
-    results = replay.runner.run_core(replay.runner.core_feeds(step_out))
-    _check_declared_outputs(graph_io(model), replay.runner.names, results, problems)
+    feeds = replay.runner.core_feeds(step_out)
+    results = replay.runner.run_core(feeds)
+    who = f"{pipeline.name}: model"
+    _check_core_outputs(model, feeds, replay.runner.names, results, problems, who)
     if problems:
         return probe
     try:

@@ -82,12 +82,18 @@ def write(pipeline: Pipeline, repository: Path) -> dict[str, Any] | None:
     (``{"path", "features", "changed"}``), or None without ``[drift]``.
 
     Raises:
-        DriftProfileError: as :func:`profile`.
+        DriftProfileError: as :func:`profile`; or the pipeline's model folder is not in
+            ``repository`` (described but not generated yet: nothing is written).
     """
     if getattr(pipeline, "drift", None) is None:
         return None
-    text = profile(pipeline, repository).to_json()
     path = repository / pipeline.name / PROFILE_FILE
+    if not path.parent.is_dir():
+        raise DriftProfileError(
+            f"no {path.parent} to write the drift profile into: run `make pipeline "
+            f"NAME={pipeline.name}` first"
+        )
+    text = profile(pipeline, repository).to_json()
     changed = not path.is_file() or path.read_text() != text
     if changed:
         path.write_text(text)

@@ -42,11 +42,10 @@ from tritonrepo.server import stub_numpy
 from tritonrepo_client.model_repository.config_sets import set_file
 
 MANIFEST = "generated_files.json"
-# After a run that wrote files: build the described pipelines' core models (not every shipped
-# model, as `make artifacts` and `make serve` do) and the HTTP guard's nginx, then serve this one.
-NEXT_STEPS = (
-    "next: make pipeline-artifacts guard-deps, then .venv/bin/tritonrepo-serve --model {name}"
-)
+# After a run that wrote files: build this pipeline's core model and those of the pipelines it
+# calls (not every shipped model, as plain `make serve` does), install the HTTP guard's nginx,
+# then serve this one (Makefile: serve with MODELS).
+NEXT_STEPS = "next: make serve MODELS={name}   (builds its model and what it calls, then serves it)"
 INT8_VERSION = 2  # the version folder of an INT8 build (``[model] int8 = true``)
 
 

@@ -83,10 +83,8 @@ def build() -> onnx.ModelProto:
 
     Input ``features`` FP32 ``[N, 10]``; outputs ``label`` INT64 ``[N]`` and ``probabilities``
     FP32 ``[N, 2]`` (columns: no click, click), ``zipmap`` off. onnxmltools declares ``label``
-    as ``[1]`` whatever the batch; its batch dim is made dynamic here, as ONNX Runtime returns it.
+    as ``[1]`` whatever the batch; the generator and the build see on the samples that it is the
+    batch and make that dim dynamic (``builders.pipeline.batch_dims``), as ONNX Runtime returns it.
     """
     types = [("features", FloatTensorType([None, N_FEATURES]))]
-    model = convert_lightgbm(fit(), initial_types=types, zipmap=False)
-    for output in model.graph.output:
-        output.type.tensor_type.shape.dim[0].Clear()
-    return model
+    return convert_lightgbm(fit(), initial_types=types, zipmap=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -107,15 +108,20 @@ def test_first_run_reports_every_file_created(ws: Workspace):
     created = {line.split()[1] for line in result.out.splitlines() if line.startswith("create")}
     assert created == {f"model_repository/{f}" for f in EXPECTED} | {"tests/pipelines/test_toy.py"}
     assert "toy: 13 of 13 files written" in result.out
-    # The next step builds the described pipelines only and serves this one alone, with the
-    # HTTP guard's packages: make targets and a console script that exist.
+    # The next step builds this pipeline (and what it calls) only and serves it alone, with
+    # the HTTP guard's packages: a make target and variable that exist.
     next_line = result.out.splitlines()[-1]
     assert next_line == (
-        "next: make pipeline-artifacts guard-deps, then .venv/bin/tritonrepo-serve --model toy"
+        "next: make serve MODELS=toy   (builds its model and what it calls, then serves it)"
     )
-    makefile = (REPO_ROOT / "Makefile").read_text()
-    assert "\npipeline-artifacts:" in makefile and "\nguard-deps:" in makefile
-    assert 'tritonrepo-serve = "' in (REPO_ROOT / "pyproject.toml").read_text()
+    dry_run = subprocess.run(
+        ["make", "-n", "serve", "MODELS=toy"], cwd=REPO_ROOT, capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    commands = dry_run.stdout.splitlines()[-2:]
+    assert commands[0].endswith("-m builders.pipeline.build --with-calls toy"), dry_run.stdout
+    assert commands[1].rstrip().endswith("-m tritonrepo.server.serve --model toy"), dry_run.stdout
+    assert "libnginx-mod-http-js" in dry_run.stdout  # guard-deps runs first
 
 
 def test_generated_configs_parse_and_say_what_they_run(generated: Workspace):
@@ -152,7 +158,8 @@ def test_generated_configs_parse_and_say_what_they_run(generated: Workspace):
         "onnxruntime_python", "model.onnx"
     )  # fmt: skip
     assert [g.kind for g in torch_gpu.instance_group] == [mc.ModelInstanceGroup.KIND_CPU]
-    assert torch_gpu.dynamic_batching.default_queue_policy.max_queue_size == 1024  # a GPU set's
+    # Triton's plain queue unless the description asks for priority levels.
+    assert not torch_gpu.dynamic_batching.HasField("default_queue_policy")
     gpu = configs["toy_model/config.pbtxt"]
     assert gpu.platform == "tensorrt_plan"
     assert list(gpu.dynamic_batching.preferred_batch_size) == [8]

@@ -70,6 +70,21 @@ def build_misdeclared() -> onnx.ModelProto:
     return model
 
 
+def build_fixed_batch() -> onnx.ModelProto:
+    """As :func:`build` plus ``label`` INT64 (the winning column), declared as onnxmltools'
+    ``convert_lightgbm(..., zipmap=False)`` declares a LightGBM classifier's: ``label`` ``[1]``
+    and ``scores`` ``[1, 2]`` whatever the batch (ONNX Runtime returns ``[batch]`` and
+    ``[batch, 2]``); the input's batch dim is unnamed, as onnxmltools writes ``None``."""
+    model = build()
+    graph = model.graph
+    graph.input[0].type.tensor_type.shape.dim[0].Clear()
+    graph.output[0].type.tensor_type.shape.dim[0].dim_value = 1
+    graph.node.append(helper.make_node("ArgMax", ["scores"], ["label"], axis=1, keepdims=0))
+    graph.output.append(helper.make_tensor_value_info("label", TensorProto.INT64, [1]))
+    onnx.checker.check_model(model)
+    return model
+
+
 def build_bytes() -> bytes:
     """:func:`build` serialized (a ``build`` may return ONNX bytes)."""
     return build().SerializeToString()

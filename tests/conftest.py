@@ -50,10 +50,18 @@ def require_artifacts() -> None:
 SERVER_TESTED = tuple(p.name for p in map(load, discover(PIPELINES)) if not p.tests)
 
 
+# Triton's exit timeout of the test servers, seconds: a server left with a model Triton cannot
+# unload (one whose dead Python stub a test's request reached) or an HTTP connection a test left
+# open waits it out at its stop, then exits 1. A test of the stop itself passes its own (30 s,
+# Triton's default, so that waiting it out cannot pass for a clean stop).
+TEST_EXIT_TIMEOUT_S = 5
+
+
 def server_options(name: str = "tritonserver", **overrides) -> ServerOptions:
     """Options for a test server on free ports with a random repository key, serving
     :data:`SERVER_TESTED`, logging to build/test-logs/<name>.log (<name>-<worker>.log on a
-    pytest-xdist worker: each worker has a session server of its own)."""
+    pytest-xdist worker: each worker has a session server of its own), with Triton's exit
+    timeout at :data:`TEST_EXIT_TIMEOUT_S`."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     # Each port unlike the others: the system may hand out a port it just gave again (seen:
     # HTTP and gRPC on one port, and tritonserver refusing to start).
@@ -67,6 +75,7 @@ def server_options(name: str = "tritonserver", **overrides) -> ServerOptions:
         "metrics_port": ports[2],
         "log_file": BUILD_DIR / "test-logs" / (f"{name}-{worker}.log" if worker else f"{name}.log"),
         "repository_key": secrets.token_urlsafe(16),
+        "exit_timeout_s": TEST_EXIT_TIMEOUT_S,
     }
     return ServerOptions(**{**defaults, **overrides})
 

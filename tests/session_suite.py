@@ -177,24 +177,27 @@ class SessionSuite(DescribedSuite):
         from tritonrepo_client import RepositoryClient
 
         model = pipeline.models[0]
-        repo = RepositoryClient(server.options.http_url, key=server.options.repository_key)
-        config = repo.config(model)
-        config["sequence_batching"]["max_sequence_idle_microseconds"] = int(IDLE_TEST_S * 1e6)
-        repo.load(model, config=config)
-        events = sessions[0]
-        try:
-            with TritonConnection(server.options.http_url) as conn:
-                key = self.new_id(pipeline, "idle")
-                self.send(conn, pipeline, self.event(events, 0), key, start=True)
-                sent = time.monotonic()
-                # Idleness is the condition under test: nothing may touch the session meanwhile.
-                wait_for("the idle timeout and Triton's reaper to pass",
-                         lambda: time.monotonic() - sent > 3 * IDLE_TEST_S, 10)  # fmt: skip
-                with pytest.raises(ClientError, match="START"):
-                    self.send(conn, pipeline, self.event(events, 1), key)
-                got = self.send(conn, pipeline, self.event(events, 1), key, start=True, end=True)
-            second_alone = {k: v[1:2] for k, v in events.items()}
-            assert_same(got, self.expected(replay, second_alone, 0), "a fresh session")
-        finally:
-            repo.unload(model)
-            repo.load(model)
+        # Closed at the end: an open keep-alive connection holds up the server's stop.
+        with RepositoryClient(server.options.http_url, key=server.options.repository_key) as repo:
+            config = repo.config(model)
+            config["sequence_batching"]["max_sequence_idle_microseconds"] = int(IDLE_TEST_S * 1e6)
+            repo.load(model, config=config)
+            events = sessions[0]
+            try:
+                with TritonConnection(server.options.http_url) as conn:
+                    key = self.new_id(pipeline, "idle")
+                    self.send(conn, pipeline, self.event(events, 0), key, start=True)
+                    sent = time.monotonic()
+                    # Idleness is the condition under test: nothing may touch the session.
+                    wait_for("the idle timeout and Triton's reaper to pass",
+                             lambda: time.monotonic() - sent > 3 * IDLE_TEST_S, 10)  # fmt: skip
+                    with pytest.raises(ClientError, match="START"):
+                        self.send(conn, pipeline, self.event(events, 1), key)
+                    got = self.send(
+                        conn, pipeline, self.event(events, 1), key, start=True, end=True
+                    )
+                second_alone = {k: v[1:2] for k, v in events.items()}
+                assert_same(got, self.expected(replay, second_alone, 0), "a fresh session")
+            finally:
+                repo.unload(model)
+                repo.load(model)

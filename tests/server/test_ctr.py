@@ -267,19 +267,19 @@ def test_idle_session_is_evicted_with_a_clear_error(control_server):
     its next request is refused, not served from a fresh history."""
     from tritonrepo_client import RepositoryClient
 
-    repo = RepositoryClient(
+    with RepositoryClient(
         control_server.options.url("http"), key=control_server.options.repository_key
-    )
-    config = repo.config("ctr_session")
-    config["sequence_batching"]["max_sequence_idle_microseconds"] = 1_000_000
-    repo.load("ctr_session", config=config)
-    try:
-        with SessionClient(control_server.options.url("http")) as client:
-            session = client.session("sleepy")
-            session.send(1, [1, 2])
-            time.sleep(3)
-            with pytest.raises(ClientError, match="START"):
-                session.send(2, [1, 2])
-    finally:
-        repo.unload("ctr_session")
-        repo.load("ctr_session")
+    ) as repo:  # closed: an open keep-alive connection holds up the server's stop
+        config = repo.config("ctr_session")
+        config["sequence_batching"]["max_sequence_idle_microseconds"] = 1_000_000
+        repo.load("ctr_session", config=config)
+        try:
+            with SessionClient(control_server.options.url("http")) as client:
+                session = client.session("sleepy")
+                session.send(1, [1, 2])
+                time.sleep(3)
+                with pytest.raises(ClientError, match="START"):
+                    session.send(2, [1, 2])
+        finally:
+            repo.unload("ctr_session")
+            repo.load("ctr_session")

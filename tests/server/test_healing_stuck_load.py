@@ -37,8 +37,10 @@ from tritonrepo_client.control.health import probe_for
 
 pytestmark = pytest.mark.server
 STUCK = "stuck_model"
-# From the kill to a passing probe: the supervisor's probe connection times out once (30 s),
-# its repository calls within 10 s each, then the reload (~2 s on two cores). Measured: ~25 s.
+# From the kill to the supervisor's report: the stub watch names the dead stub, the reload
+# (~2 s on two cores) runs on a connection of its own and text_embedding serves again (measured:
+# ~4 s); the re-probe on the supervisor's keep-alive connection, which the stuck load blocks,
+# times out once (30 s) and is tried again on a new one before the report. Measured: ~35 s.
 RECOVERY_BOUND_S = 90.0
 # The other client's deadline for the load that never returns.
 STUCK_CLIENT_TIMEOUT_S = 10.0
@@ -127,12 +129,20 @@ def test_a_model_stuck_loading_does_not_stop_healing_the_served_ones(stuck_serve
         if error is None:
             break
     recovered_s = time.monotonic() - killed_at
-    reports = stuck_server.heal_reports[seen:]
     assert error is None, (
         f"text_embedding still failing {RECOVERY_BOUND_S:.0f} s after the kill: {error}; "
-        f"supervisor reports: {reports}"
+        f"supervisor reports: {stuck_server.heal_reports[seen:]}"
     )
-    print(f"\nkill -> text_embedding serves again: {recovered_s:.1f} s; reports: {reports}")
+    while time.monotonic() - killed_at < RECOVERY_BOUND_S:  # the pass ends after its re-probe
+        if any(r.ok for r in stuck_server.heal_reports[seen:]):
+            break
+        time.sleep(0.5)
+    reported_s = time.monotonic() - killed_at
+    reports = stuck_server.heal_reports[seen:]
+    print(
+        f"\nkill -> text_embedding serves again: {recovered_s:.1f} s, reported: "
+        f"{reported_s:.1f} s; reports: {reports}"
+    )
     restored = [r for r in reports if r.ok]
     assert [r.step for r in restored] == [spec.TOKENIZE_MODEL], reports
     assert all(r.step != STUCK for r in stuck_server.heal_reports)

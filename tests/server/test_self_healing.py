@@ -5,6 +5,7 @@ SIGKILL, is not restarted and every request through it fails), so the launcher's
 One server for the module, supervised (a pass every second) while every kind of stub is killed
 under load, then without its supervisor for the CLI, for what must not be reloaded and for a
 step that fails to reload (its repository is its own: tokenize is a copy a test may break).
+The last test starts a server of its own, to stop it after a heal.
 Time to recovery and failures before it are printed (``pytest -s``), not asserted beyond a
 generous deadline.
 """
@@ -278,3 +279,44 @@ def test_a_step_that_fails_to_reload_backs_off_then_is_given_up(plain_server):
     with repo_client(plain_server) as repo:
         report = Healer(repo, (spec.ENSEMBLE,)).heal_once()  # fixed: a new healer restores it
     assert report.healthy and [s.outcome for s in report.steps] == ["restored"], report
+
+
+# --- stopping after a heal ---------------------------------------------------------------------
+
+STOP_BOUND_S = 10.0  # generous (two shared cores); waiting out the exit timeout takes 30 s
+
+
+def healthy_passes(server: TritonServer) -> float:
+    """The supervisor's passes after which every served model served."""
+    assert server.supervisor is not None
+    registry = server.supervisor.metrics.registry
+    return registry.get_sample_value("tritonrepo_heal_passes_total", {"result": "healthy"}) or 0.0
+
+
+def test_a_server_that_healed_a_step_stops_cleanly_within_seconds():
+    """A killed step restored by the supervisor leaves nothing Triton cannot unload: the
+    server stops in seconds with exit code 0, on Triton's default 30 s exit timeout, which a
+    model left loaded (or an open HTTP connection) would use up before exit code 1. The heal
+    comes from the stub watch, with no request sent to the dead stub: on 2.51 each one leaves
+    the model it reached held for good."""
+    require_artifacts()
+    options = server_options(
+        "test_self_healing_stop", models=(spec.ENSEMBLE,), heal_interval_s=1.0, exit_timeout_s=30
+    )
+    server = TritonServer(options).start()
+    try:
+        wait_for("two supervisor passes", lambda: healthy_passes(server) >= 2, RECOVERY_DEADLINE_S)
+        # Kill right after a pass: the next one's watch sees the stub gone before any probe (a
+        # stub killed between the watch's look and the probes of the same pass meets a probe).
+        passes = healthy_passes(server)
+        wait_for("the end of a pass", lambda: healthy_passes(server) > passes, RECOVERY_DEADLINE_S)
+        _, report, _ = kill_and_wait_for_restore(server, spec.TOKENIZE_MODEL)
+        assert report.cause == f"the stub process of {spec.TOKENIZE_MODEL}_0_0 is gone", report
+    finally:
+        started = time.monotonic()
+        code = server.stop()
+        stop_s = time.monotonic() - started
+    print(f"\nstop after a heal: {stop_s:.1f} s, exit code {code}")
+    log = Path(options.log_file).read_text()
+    assert "Exit timeout expired" not in log
+    assert code == 0 and stop_s < STOP_BOUND_S, f"stop took {stop_s:.1f} s, exit code {code}"

@@ -64,8 +64,15 @@ from tritonrepo.server.readiness import exit_reason, one_line, ready_models, wai
 from tritonrepo.server.restart import CrashWatcher, ServerRestart, exit_cause, log, reap_stubs
 from tritonrepo.server.supervisor import Supervisor
 
+# Seconds stop() waits for the supervisor's pass in progress to end (and its HTTP connections
+# to close) before the SIGTERM: after it, Triton 2.51 waits in 1 s steps for every open HTTP
+# connection, idle keep-alive ones included (server src/http_server.cc, HTTPServer::Stop). A
+# pass still running then (a reload) ends on its own, and stop() waits for it after the exit.
+SUPERVISOR_CLOSE_S = 2.0
+
 __all__ = [
     "GPU_CONFIG_SETS",
+    "SUPERVISOR_CLOSE_S",
     "GrpcServerTls",
     "LaunchError",
     "ServerOptions",
@@ -316,8 +323,10 @@ class TritonServer:
         seconds for the open ones (idle keep-alive ones too) and for its models to unload
         (server ``src/main.cc``, r24.10). Then the HTTP guard stops gracefully, which closes its
         connections to Triton once their requests are answered. Triton is killed if it still
-        runs ``stop_bound_s`` seconds after the SIGTERM. The restart watcher and the supervisor
-        are told to stop first (no restart can start once ``stop`` began).
+        runs ``stop_bound_s`` seconds after the SIGTERM. The restart watcher is told to stop
+        first (no restart can start once ``stop`` began), and the supervisor is stopped before
+        the SIGTERM (up to ``SUPERVISOR_CLOSE_S`` seconds for a pass in progress), so that its
+        keep-alive connections are closed before Triton counts the open ones.
 
         Returns the process exit code (``None`` if it was never started).
         """
@@ -327,7 +336,8 @@ class TritonServer:
         if self._watcher is not None:
             self._watcher.signal_stop()
         if self._supervisor is not None:
-            self._supervisor.signal_stop()
+            # Its keep-alive connections would be open HTTP connections Triton waits for.
+            self._supervisor.stop(SUPERVISOR_CLOSE_S)
         deadline = time.monotonic() + self.options.stop_bound_s
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGTERM)

@@ -143,7 +143,8 @@ class Healer:
     def probe_all(self, models: Iterable[str] | None = None) -> dict[str, str]:
         """Served model -> error, for each of ``models`` (default ``models``) that cannot
         serve."""
-        errors = {m: probe(self.conn, m, self.probe_rounds) for m in models or self.models}
+        chosen = self.models if models is None else models
+        errors = {m: probe(self.conn, m, self.probe_rounds) for m in chosen}
         return {m: e for m, e in errors.items() if e is not None}
 
     def steps_to_restore(self, model: str, error: str) -> list[str]:
@@ -163,7 +164,9 @@ class Healer:
     def heal_once(self) -> HealReport:
         """One pass: probe every served model, reload the steps that are due, probe again; a
         re-probe that names another dead step (two killed at once) gets another round, up to
-        ``MAX_ROUNDS``.
+        ``MAX_ROUNDS``. A served model that runs a step ``dead_instances`` names is not probed
+        before that step's reload (:meth:`_dead_steps` says why); it counts as failing with the
+        watch's cause when the step is not reloaded (backing off, given up).
 
         Returns:
             The pass's :class:`HealReport`.
@@ -175,24 +178,37 @@ class Healer:
         self._pass_loaded = None
         self._pass_configs = {}
         served = self.served_models()
-        report = HealReport(served, self.probe_all(served))
+        # Read before any probe: a request that reaches a dead stub pins its model in Triton
+        # 2.51 for good (see _dead_steps), so the models that run a step known to be dead are
+        # not probed until that step has been reloaded.
+        dead = self._dead_steps()
+        unprobed = {m: cause for users, cause in dead.values() for m in users if m in served}
+        report = HealReport(served, self.probe_all(m for m in served if m not in unprobed))
         report.failing = dict(report.detected)
         handled: set[str] = set()
+        reprobed: set[str] = set()
         for round_ in range(MAX_ROUNDS):
             plan = self._plan(report, handled)
             if round_ == 0:
-                self._plan_dead_instances(plan)
+                for step, (users, cause) in dead.items():
+                    probed, first = plan.get(step, ((), cause))
+                    plan[step] = (tuple(dict.fromkeys((*probed, *users))), first)
             if not plan:
                 break
             handled |= set(plan)
             steps = [self._restore(step, *plan[step]) for step in plan]
             self._pass_loaded = None  # the reloads changed the index
             retried = {m for s in steps if s.reload_s is not None for m in s.served}
-            after = self.probe_all(retried) if retried else {}
+            reprobed |= retried
+            after = self.probe_all(retried)
             for model in retried:
                 report.failing.pop(model, None)
             report.failing.update(after)
             report.steps += [self._settle(s, after, detected_at) for s in steps]
+        for model, cause in unprobed.items():
+            report.detected.setdefault(model, cause)
+            if model not in reprobed:  # its dead step was not reloaded (backing off, gave up)
+                report.failing[model] = cause
         for step in set(self._attempts) - handled:
             del self._attempts[step]  # it serves (or is no longer blamed): counting restarts
         return report
@@ -257,18 +273,33 @@ class Healer:
                 plan[step] = ((*served, model), cause)
         return plan
 
-    def _plan_dead_instances(self, plan: dict[str, tuple[tuple[str, ...], str]]) -> None:
-        """Add the loaded models of ``dead_instances()`` to ``plan``, for the served models that
-        use them (an ensemble's steps; all served models for one called through BLS)."""
+    def _dead_steps(self) -> dict[str, tuple[tuple[str, ...], str]]:
+        """step -> (loaded models that run it, cause) for the loaded models of
+        ``dead_instances()``: those :meth:`_served_by` names, the step itself only when it is
+        served (as a probe names them), else all served models (an undeclared BLS call); ``{}``
+        without ``dead_instances``.
+
+        Their served models are reloaded without a probe first: on Triton 2.51 every request
+        that reaches a dead stub leaves the model it belongs to held for good (python_backend
+        ``ProcessRequests`` returns on "Stub process ... is not healthy" before it deletes the
+        request's response factory, which holds the model), so the model replaced by the reload
+        is never unloaded and a stop waits out ``--exit-timeout-secs``, then exits 1.
+
+        Raises:
+            ClientError: the repository index cannot be read.
+        """
         dead = list(self.dead_instances()) if self.dead_instances else []
         # Read after the scan, not the pass's earlier view: a model unloaded since (its stubs
         # end with it) must not be loaded again.
         loaded = self.loaded_models() if dead else set()
+        steps: dict[str, tuple[tuple[str, ...], str]] = {}
         for instance in dead:
             step = instance_model(instance)
-            if step in loaded and step not in plan:
-                cause = f"the stub process of {instance} is gone"
-                plan[step] = (self._served_by(step), cause)
+            if step in loaded and step not in steps:
+                served = self.served_models()
+                users = tuple(m for m in self._served_by(step) if m != step or m in served)
+                steps[step] = (users or served, f"the stub process of {instance} is gone")
+        return steps
 
     def _served_by(self, step: str) -> tuple[str, ...]:
         """Loaded models that are ``step`` or run it (a served one or one loaded at runtime): as

@@ -56,7 +56,8 @@ class HealReport:
 
     Attributes:
         probed: the served models probed.
-        detected: served model -> probe error at the start of the pass (empty when all serve).
+        detected: served model -> probe error at the start of the pass, or the stub watch's
+            cause for one not probed because a step it runs is dead (empty when all serve).
         steps: one :class:`StepReport` per step the pass restored or would have.
         unhealable: served model -> error of failures that are not a dead step (not reloaded).
         failing: served model -> error after the pass; empty means every served model serves.

@@ -29,9 +29,10 @@ from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo.text import spec
-from tritonrepo_client import RepositoryClient, TritonConnection
+from tritonrepo_client import EmbeddingClient, RepositoryClient, TritonConnection
 from tritonrepo_client.connection import ClientError
 from tritonrepo_client.control.healing.healer import Healer
+from tritonrepo_client.control.healing.traffic import Counts, inference_counts
 from tritonrepo_client.control.health import probe_for
 
 pytestmark = pytest.mark.server
@@ -246,6 +247,48 @@ def test_a_failure_that_is_not_a_dead_step_is_not_reloaded(plain_server):
         finally:
             repo.load(spec.ENSEMBLE)
     assert cli(plain_server, "health", "--model", spec.ENSEMBLE).returncode == 0
+
+
+def ensemble_counts(server: TritonServer) -> Counts:
+    """The ensemble's request counts, from Triton's statistics."""
+    with TritonConnection(server.options.http_url, "http") as conn:
+        return inference_counts(conn)[spec.ENSEMBLE]
+
+
+def test_traffic_vouches_for_a_model_and_idle_ones_are_probed_less(plain_server):
+    """A pass probes a model only when its own requests do not vouch for it: after answered
+    requests the ensemble is not probed (Triton counts no request of the pass); idle and
+    recently probed beside a stub watch, it is not probed either; without a watch, idle, it
+    is; after a step is unloaded, it is probed again and the failure found."""
+    with repo_client(plain_server) as repo:
+        watched = Healer(repo, (spec.ENSEMBLE,), only=True, dead_instances=lambda: [])
+        first = watched.heal_once()
+        assert first.by_traffic == () and first.healthy  # nothing to compare with: probed
+        with EmbeddingClient(plain_server.options.http_url, "http") as client:
+            client.embed(["traffic that vouches"] * 3)
+        before = ensemble_counts(plain_server)
+        second = watched.heal_once()
+        assert second.by_traffic == (spec.ENSEMBLE,) and second.healthy
+        assert ensemble_counts(plain_server) == before, "the pass sent a probe"
+        third = watched.heal_once()  # idle, probed moments ago, the watch beside it
+        assert third.by_traffic == (spec.ENSEMBLE,)
+        assert ensemble_counts(plain_server) == before, "the idle pass sent a probe"
+
+        unwatched = Healer(repo, (spec.ENSEMBLE,), only=True)
+        unwatched.heal_once()
+        idle = ensemble_counts(plain_server)
+        report = unwatched.heal_once()
+        assert report.by_traffic == () and report.healthy
+        assert ensemble_counts(plain_server).success > idle.success, "idle and unwatched: probed"
+
+        repo.unload(spec.NORMALIZE_MODEL)
+        repo.wait_until(spec.NORMALIZE_MODEL, [1], timeout_s=30)
+        try:
+            after_unload = watched.heal_once()
+            assert after_unload.by_traffic == ()
+            assert spec.ENSEMBLE in after_unload.failing
+        finally:
+            repo.load(spec.ENSEMBLE)
 
 
 BROKEN_STEP = """

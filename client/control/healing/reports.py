@@ -55,7 +55,10 @@ class HealReport:
     """One pass of :meth:`Healer.heal_once`.
 
     Attributes:
-        probed: the served models probed.
+        probed: the served models checked: probed, or vouched for by their own traffic.
+        by_traffic: the served models not probed because their requests since the last pass
+            were all answered, or (beside a stub watch) because they were idle and passed a
+            probe recently.
         detected: served model -> probe error at the start of the pass, or the stub watch's
             cause for one not probed because a step it runs is dead (empty when all serve).
         steps: one :class:`StepReport` per step the pass restored or would have.
@@ -68,6 +71,7 @@ class HealReport:
     steps: list[StepReport] = field(default_factory=list)
     unhealable: dict[str, str] = field(default_factory=dict)
     failing: dict[str, str] = field(default_factory=dict)
+    by_traffic: tuple[str, ...] = ()
 
     @property
     def healthy(self) -> bool:

@@ -102,7 +102,8 @@ def test_every_core_model_runs_on_the_gpu(core_server):
 def test_encoder_and_normalize_steps_on_the_gpu(core_server, gpu_reference):
     """The steps called directly with the tokenizer's output, from 16 threads at once: ragged
     requests joined on the host, run on the GPU (CUDA graphs for small batches) and pooled in
-    the program; FP32 ``[1, 384]`` host rows reach the normalisation step."""
+    the program; FP32 ``[1, 384]`` host rows reach the normalisation step, with the token count
+    the tokenize step sends beside them (INT32 ``[1, 1]``), which comes back as ``TOKENS``."""
     import tritonclient.grpc as grpcclient
 
     tokenizer = TextTokenizer(
@@ -111,21 +112,25 @@ def test_encoder_and_normalize_steps_on_the_gpu(core_server, gpu_reference):
     texts = real_texts(48, seed=7)
     client = grpcclient.InferenceServerClient(core_server.options.grpc_url)
 
-    def infer(model: str, arrays: dict[str, np.ndarray], output: str) -> np.ndarray:
+    def infer(model: str, arrays: dict[str, np.ndarray]):
         tensors = []
         for name, array in arrays.items():
-            dtype = {"int64": "INT64", "float32": "FP32"}[array.dtype.name]
+            dtype = {"int64": "INT64", "int32": "INT32", "float32": "FP32"}[array.dtype.name]
             tensors.append(grpcclient.InferInput(name, list(array.shape), dtype))
             tensors[-1].set_data_from_numpy(array)
-        return client.infer(model, tensors).as_numpy(output)
+        return client.infer(model, tensors)
 
     def embed(text: str) -> np.ndarray:
         ids, mask = tokenizer.encode([text])
-        pooled = infer(
-            spec.ENCODER_MODEL, {"input_ids": ids, "attention_mask": mask}, spec.ENCODER_OUTPUT
-        )
+        encoded = infer(spec.ENCODER_MODEL, {"input_ids": ids, "attention_mask": mask})
+        pooled = encoded.as_numpy(spec.ENCODER_OUTPUT)
         assert pooled.dtype == np.float32 and pooled.shape == (1, spec.HIDDEN_SIZE)
-        return infer(spec.NORMALIZE_MODEL, {spec.ENCODER_OUTPUT: pooled}, "EMBEDDING")[0]
+        tokens = mask.sum(axis=1, dtype=np.int32).reshape(-1, 1)
+        normalized = infer(
+            spec.NORMALIZE_MODEL, {spec.ENCODER_OUTPUT: pooled, "token_count": tokens}
+        )
+        assert normalized.as_numpy("TOKENS").tolist() == tokens.tolist()
+        return normalized.as_numpy("EMBEDDING")[0]
 
     try:
         with ThreadPoolExecutor(16) as pool:

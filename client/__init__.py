@@ -51,7 +51,12 @@ from tritonrepo_client.errors import (
     ServerUnreachable,
     VersionNotLoaded,
 )
-from tritonrepo_client.pipeline import AsyncPipelineClient, PipelineClient
+from tritonrepo_client.pipeline import (
+    AsyncPipelineClient,
+    AsyncPipelineSession,
+    PipelineClient,
+    PipelineSession,
+)
 from tritonrepo_client.ranking import Ranking, RankingClient, Session, SessionClient
 from tritonrepo_client.retry import RetryPolicy
 from tritonrepo_client.routing import RouteTable
@@ -60,6 +65,7 @@ __all__ = [
     "AsyncClassificationClient",
     "AsyncEmbeddingClient",
     "AsyncPipelineClient",
+    "AsyncPipelineSession",
     "AsyncRankingClient",
     "AsyncSession",
     "AsyncSessionClient",
@@ -75,6 +81,7 @@ __all__ = [
     "GrpcTls",
     "ModelVersionState",
     "PipelineClient",
+    "PipelineSession",
     "Ranking",
     "RankingClient",
     "RepositoryClient",

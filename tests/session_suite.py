@@ -15,6 +15,8 @@ idle timeout (1 s here, by a config override) is refused, and the server still s
 
 from __future__ import annotations
 
+import asyncio
+import json
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,12 +26,12 @@ import numpy as np
 import pytest
 
 from builders.pipeline.in_process import Replay
-from tests.conftest import server_options, wait_for
+from tests.conftest import client_cli, server_options, wait_for
 from tests.pipeline_suite import DescribedSuite, assert_same, bad_value
 from tritonrepo.description import Pipeline, import_ref
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.server.launcher import TritonServer
-from tritonrepo_client import ClientError
+from tritonrepo_client import AsyncPipelineClient, ClientError, PipelineClient
 from tritonrepo_client.connection import TritonConnection
 from tritonrepo_client.control.health import check_health
 
@@ -162,6 +164,65 @@ class SessionSuite(DescribedSuite):
             assert pipeline.models[0] in str(info.value), info.value
             got = self.send(conn, pipeline, self.event(events, 1), key, end=True)
         assert_same(got, self.expected(replay, events, 1), "the event after the bad one")
+
+    @pytest.mark.parametrize("protocol", PROTOCOLS)
+    def test_a_pipeline_client_session_sets_start_and_end(
+        self, pipeline, sessions, replay, server, protocol
+    ):
+        """:meth:`PipelineClient.session`: START with the first event, END with the one sent
+        with ``end=True``, the answers of the replay; the ended stream refuses another event
+        without sending it, and the server refuses the same ID without START (it ended)."""
+        events = sessions[0]
+        count = len(next(iter(events.values())))
+        key = self.new_id(pipeline, f"client-{protocol}")
+        with PipelineClient(pipeline.models[0], server.options.url(protocol), protocol) as client:
+            session = client.session(key)
+            for j in range(count):
+                got = session.send(self.event(events, j), end=j == count - 1)
+                assert_same(got, self.expected(replay, events, j), f"{protocol} event {j}")
+            with pytest.raises(RuntimeError, match="has ended"):
+                session.send(self.event(events, 0))
+            with pytest.raises(ClientError, match="START"):
+                client.infer(self.event(events, 0), sequence_id=key)
+            with pytest.raises(ValueError, match="need a sequence_id"):
+                client.infer(self.event(events, 0), sequence_start=True)
+
+    def test_an_asyncio_session_answers_as_the_thread_one(self, pipeline, sessions, replay, server):
+        """:meth:`AsyncPipelineClient.session` over gRPC: the same answers, event by event."""
+        events = sessions[0]
+        count = len(next(iter(events.values())))
+        key = self.new_id(pipeline, "asyncio")
+
+        async def run() -> list[dict[str, np.ndarray]]:
+            url = server.options.url("grpc")
+            async with AsyncPipelineClient(pipeline.models[0], url, "grpc") as client:
+                session = client.session(key)
+                return [await session.send(self.event(events, j), end=j == count - 1)
+                        for j in range(count)]  # fmt: skip
+
+        for j, got in enumerate(asyncio.run(run())):
+            assert_same(got, self.expected(replay, events, j), f"asyncio event {j}")
+
+    def test_the_cli_sends_a_stream_event_by_event(self, pipeline, sessions, replay, server):
+        """``tritonrepo-client infer --sequence-id ID --start`` / ``--end``: the answers of the
+        replay, event by event; ``--start`` without an ID is a usage error, nothing sent."""
+        events = sessions[0]
+        count = min(3, len(next(iter(events.values()))))
+        key = str(self.new_id(pipeline, "cli"))
+        for j in range(count):
+            flags = ["--start"] * (j == 0) + ["--end"] * (j == count - 1)
+            values = [f"{k}={json.dumps(v.tolist())}" for k, v in self.event(events, j).items()]
+            args = [a for value in values for a in ("--input", value)]
+            done = client_cli("--url", server.options.http_url, "infer", pipeline.models[0],
+                              "--sequence-id", key, *flags, *args)  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            got = {k: np.asarray(v) for k, v in json.loads(done.stdout).items()}
+            want = self.expected(replay, events, j)
+            assert_same({k: got[k].astype(np.asarray(v).dtype) for k, v in want.items()}, want,
+                        f"cli event {j}")  # fmt: skip
+        refused = client_cli("--url", server.options.http_url, "infer", pipeline.models[0],
+                             "--start", *args)  # fmt: skip
+        assert refused.returncode == 1 and "need --sequence-id" in refused.stderr
 
     def test_the_declared_health_probe_passes(self, pipeline, server):
         with TritonConnection(server.options.http_url) as conn:

@@ -7,6 +7,7 @@ Examples::
     tritonrepo-client infer my_model --input FEATURES=@rows.npy --input SCALE='[[0.5]]' \\
         --output-dir out/      # out/<output>.npy per output
     tritonrepo-client infer nudenet_detector --input IMAGE=@photo.jpg
+    tritonrepo-client infer digit_stream --sequence-id 7 --start --input PIXELS=@row0.npy
 
 An input's VALUE is a JSON literal (nested lists; strings for BYTES inputs, or
 ``{"base64": "..."}`` for binary items: the form this command prints them in) or ``@FILE``: a
@@ -32,6 +33,7 @@ import numpy as np
 
 from tritonrepo_client.cli.control import tls_from_args
 from tritonrepo_client.pipeline import PipelineClient
+from tritonrepo_client.validation import parse_correlation_id
 
 VALUE_HELP = (
     'a JSON literal (e.g. TEXT=\'[["hello"]]\'; binary items as {"base64": "..."}), '
@@ -244,6 +246,14 @@ def add_infer_parser(sub: Any) -> None:
     )
     infer.add_argument("--model-version", default="", help="version to run (default: policy)")
     infer.add_argument(
+        "--sequence-id",
+        metavar="ID",
+        help="for a stateful pipeline: the event's stream (digits: a numeric ID, else a string "
+        "ID of up to 128 bytes); with --start for its first event and --end for its last",
+    )
+    infer.add_argument("--start", action="store_true", help="this event starts the stream")
+    infer.add_argument("--end", action="store_true", help="this event ends the stream")
+    infer.add_argument(
         "--output-dir",
         type=Path,
         help="write each output as DIR/<output>.npy instead of printing JSON (BYTES outputs "
@@ -256,6 +266,11 @@ def infer_command(args: argparse.Namespace) -> int:
     outputs; exit 0. Errors (bad inputs, nothing sent; server errors) raise ValueError,
     OSError or ClientError, which :func:`tritonrepo_client.cli.app.main` prints as one line."""
     inputs = load_inputs(args.inputs)
+    sequence_id = None
+    if args.sequence_id is not None:
+        sequence_id = parse_correlation_id(args.sequence_id, "--sequence-id", args.protocol)
+    elif args.start or args.end:
+        raise ValueError("--start and --end need --sequence-id: the stream the event belongs to")
     with PipelineClient(
         args.model,
         args.url,
@@ -265,7 +280,9 @@ def infer_command(args: argparse.Namespace) -> int:
         priority=args.priority or 0,
         timeout_us=args.timeout_us,
     ) as client:
-        answers = client.infer(inputs, args.outputs, args.model_version or None)
+        answers = client.infer(inputs, args.outputs, args.model_version or None,
+                               sequence_id=sequence_id, sequence_start=args.start,
+                               sequence_end=args.end)  # fmt: skip
     if args.output_dir is None:
         print(format_outputs(answers))
         return 0

@@ -28,9 +28,11 @@ from tests.server.test_client_parity import (
 )
 from tritonrepo_client import (
     AsyncPipelineClient,
+    AsyncPipelineSession,
     DeadlineExceeded,
     EmbeddingClient,
     PipelineClient,
+    PipelineSession,
     VersionNotLoaded,
 )
 
@@ -67,6 +69,7 @@ def requests_served(server, model: str = MODEL, settle_s: float = 2.0) -> int:
 
 def test_the_pipeline_pair_has_the_same_public_methods_and_signatures():
     assert_same_api(PipelineClient, AsyncPipelineClient)
+    assert_same_api(PipelineSession, AsyncPipelineSession)
 
 
 def test_the_model_name_comes_first_and_must_be_given():

@@ -110,7 +110,7 @@ test-unit: setup
 
 # CPU fallback of a running server (`make serve`, or the container's ports with URL=host:port):
 # every loaded model reloaded with configs/cpu.pbtxt through the load API, model by model, with
-# a health check first and probes after each (client/control/config_sets.py); `make fallback-gpu` goes
+# a health check first and probes after each (tritonrepo_client/control/config_sets.py); `make fallback-gpu` goes
 # back to GPU_CONFIGS (default: config.pbtxt, the TensorRT plans; or torch_gpu).
 URL ?= 127.0.0.1:8000
 GPU_CONFIGS ?= default

@@ -143,12 +143,11 @@ def layer(module: str) -> str | None:
 
 
 def module_of(path: Path) -> str:
-    """The dotted name a file is imported as (``client/`` is ``tritonrepo_client``)."""
+    """The dotted name a file is imported as (a package's ``__init__`` of the client as
+    ``tritonrepo_client.__init__``: its own layer)."""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts == ["client", "__init__"]:
+    if parts == ["tritonrepo_client", "__init__"]:
         return "tritonrepo_client.__init__"
-    if parts[0] == "client":
-        parts[0] = "tritonrepo_client"
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -156,10 +155,7 @@ def module_of(path: Path) -> str:
 
 def is_module(dotted: str) -> bool:
     """Whether a dotted first-party name is a module or package of this repository."""
-    parts = dotted.split(".")
-    if parts[0] == "tritonrepo_client":
-        parts[0] = "client"
-    base = ROOT.joinpath(*parts)
+    base = ROOT.joinpath(*dotted.split("."))
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
@@ -211,7 +207,8 @@ def imports_in(source: str, package: str = "") -> Iterator[tuple[int, str]]:
 def source_files() -> Iterator[Path]:
     """Every first-party Python file whose layer is known (tests excluded: they may import
     every layer)."""
-    tops = ("tritonrepo", "client", "builders", "reference_data", "benchmarks", "pipelines")
+    tops = ("tritonrepo", "tritonrepo_client", "builders", "reference_data", "benchmarks",
+            "pipelines")
     for top in (*tops, "backends"):
         yield from sorted((ROOT / top).rglob("*.py"))
     yield from sorted((ROOT / "model_repository").rglob("model.py"))

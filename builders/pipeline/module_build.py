@@ -39,14 +39,8 @@ from tritonrepo.description import Pipeline
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
 
 STAMPS = BUILD_DIR / "pipeline-builds"
-# Top-level packages of this repository and the folder each lives in.
-FIRST_PARTY = {
-    "tritonrepo": "tritonrepo",
-    "tritonrepo_client": "client",
-    "builders": "builders",
-    "reference_data": "reference_data",
-    "pipelines": "pipelines",
-}
+# Top-level packages of this repository (each in the folder of its name).
+FIRST_PARTY = ("tritonrepo", "tritonrepo_client", "builders", "reference_data", "pipelines")
 CHECK_SET = "cpu"  # the config set whose files ``make artifacts`` builds
 WATCHED = ("model_repository", "build")  # where a builder's outputs are looked for
 UNWATCHED = ("build/test-logs", "build/pipeline-builds")  # written by others, not outputs
@@ -57,7 +51,7 @@ def module_file(dotted: str, root: Path = REPO_ROOT) -> Path | None:
     parts = dotted.split(".")
     if parts[0] not in FIRST_PARTY:
         return None
-    base = root.joinpath(FIRST_PARTY[parts[0]], *parts[1:])
+    base = root.joinpath(*parts)
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():
             return candidate

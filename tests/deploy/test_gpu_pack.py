@@ -175,7 +175,7 @@ def test_parts_stay_in_budget_and_setup_joins_them_in_any_order(tmp_path):
         sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) <= budget for d in written
     )
     # Transfer one part at a time; part1 without its server/ (installing it needs the real one).
-    (checkout / "client").mkdir()
+    (checkout / "tritonrepo_client").mkdir()
     held = tmp_path / "held"
     shutil.move(out, held)
     shutil.rmtree(held / "part1" / "server")

@@ -18,7 +18,7 @@ def test_no_module_breaks_the_import_rule():
 
 
 def test_the_client_imports_nothing_from_tritonrepo():
-    client = [i for i in layers.all_imports() if i.path.startswith("client/")]
+    client = [i for i in layers.all_imports() if i.path.startswith("tritonrepo_client/")]
     assert client, "no client imports were read"
     assert not [i for i in client if i.module.split(".")[0] == "tritonrepo"]
 
@@ -41,15 +41,24 @@ def test_a_forbidden_import_is_found_at_any_depth():
         "tritonrepo.paths",
     ]
     fake = [
-        layers.Import("client/x.py", 1, "tritonrepo.server", "client: data plane", "server"),
+        layers.Import(
+            "tritonrepo_client/x.py", 1, "tritonrepo.server", "client: data plane", "server"
+        ),
         layers.Import(
             "tritonrepo/step/x.py", 1, "tritonrepo_client", "stub: step", "client: package"
         ),
         layers.Import(
-            "client/cli/x.py", 1, "tritonrepo_client.control", "client: cli", "client: control"
+            "tritonrepo_client/cli/x.py",
+            1,
+            "tritonrepo_client.control",
+            "client: cli",
+            "client: control",
         ),
     ]
-    assert [i.path for i in layers.violations(fake)] == ["client/x.py", "tritonrepo/step/x.py"]
+    assert [i.path for i in layers.violations(fake)] == [
+        "tritonrepo_client/x.py",
+        "tritonrepo/step/x.py",
+    ]
 
 
 def test_architecture_page_shows_the_current_graph():

@@ -25,7 +25,7 @@ import tritonclient.http as httpclient
 import yaml
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import require_artifacts, server_options
+from tests.conftest import client_cli, key_file, require_artifacts, server_options
 from tests.hostile_requests import probe_png
 from tritonrepo.paths import BUILD_DIR, REPO_ROOT
 from tritonrepo.server import http_guard_config
@@ -555,3 +555,22 @@ def test_compose_puts_the_guard_in_front_of_http() -> None:
     assert mounts["kserve_guard.js"] == "/etc/nginx/guard/kserve_guard.js"
     conf = (REPO_ROOT / "docker" / "guard.nginx.conf").read_text()
     assert "server triton:8000 resolve;" in conf and "listen 8000;" in conf
+
+
+def test_the_guard_says_where_tritons_metrics_are_or_that_it_cannot(server, guard) -> None:
+    """The launcher's guard tells its clients the metrics port of the server it routes to, and
+    the canary reads the figures there; a guard that was not told says so, and the canary
+    refuses (exit 1, naming --metrics-url) instead of reading another server's port 8002."""
+    options = server_options("test_http_guard_upstream", models=("click_lightgbm",),
+                             http_guard=True)  # fmt: skip
+    with TritonServer(options) as launched:
+        told = GuardRoutes(launched.options.http_url, {}).metrics_port()
+        assert told == launched.options.metrics_port
+    assert GuardRoutes(guard.url, {}).metrics_port() is None
+    key = key_file(server, RUN_DIR)
+    done = client_cli(
+        "--url", guard.url, "--repository-key-file", str(key), "canary", "text_embedding",
+        "--model", "text_embedding_encoder", "--version", "2",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout
+    assert "does not know Triton's metrics port" in done.stderr and "--metrics-url" in done.stderr

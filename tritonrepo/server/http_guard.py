@@ -82,6 +82,8 @@ class HttpGuard(NginxProcess):
             repository load request carrying it may be up to ``max_upload_bytes``.
         max_upload_bytes: largest repository load request carrying the key (a rollout's
             upload mode), bytes (larger: 413); default 2 GiB.
+        metrics_port: Triton's metrics port on this host, which the guard tells its clients
+            (``GET /_guard/upstream``); None: it cannot tell.
     """
 
     NAME = "HTTP guard"
@@ -97,6 +99,7 @@ class HttpGuard(NginxProcess):
         max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
         repository_key: str | None = None,
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+        metrics_port: int | None = None,
     ) -> None:
         super().__init__(listen_host, listen_port, upstream_port, run_dir)
         self.repository_key = repository_key
@@ -107,6 +110,7 @@ class HttpGuard(NginxProcess):
             max_json_bytes=max_json_bytes,
             max_upload_bytes=max_upload_bytes,
             workers=str(workers or default_workers()),
+            metrics_port=metrics_port,
         )
 
     def missing(self) -> str | None:

@@ -118,6 +118,9 @@ class GuardSettings:
         probe_timeout_ms: each of the 3 tries of a health or readiness request, ms.
         resolve: re-resolve the upstream's name while running (``server ... resolve``, nginx
             >= 1.27.3) with this DNS server; None = resolve once at start.
+        metrics_port: the port of Triton's metrics endpoint on the guard's host, as its clients
+            reach it (``GET /_guard/upstream`` says it: ``tritonrepo-client canary`` reads the
+            figures of the server it routes through); None = the guard cannot tell.
     """
 
     listen: str
@@ -132,6 +135,7 @@ class GuardSettings:
     upstream_timeout_s: int = DEFAULT_UPSTREAM_TIMEOUT_S
     probe_timeout_ms: int = DEFAULT_PROBE_TIMEOUT_MS
     resolve: str | None = None
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         for name in POSITIVE_SETTINGS:
@@ -220,6 +224,7 @@ def render(settings: GuardSettings, paths: GuardPaths) -> str:
         "PROBE_TIMEOUT_MS": str(settings.probe_timeout_ms),
         "PROBE_TRIES": str(PROBE_TRIES),
         "LISTEN": settings.listen,
+        "METRICS_PORT": str(settings.metrics_port or ""),
     }
     text = TEMPLATE.read_text()
     for name, value in values.items():
@@ -265,10 +270,14 @@ CONTAINER_PATHS = GuardPaths(
 # a restarted triton container may get another address). Kubernetes: a sidecar of the pod.
 DEPLOY_TARGETS: dict[Path, GuardSettings] = {
     REPO_ROOT / "docker" / "guard.nginx.conf": GuardSettings(
-        listen="8000", upstream="triton:8000", resolve="127.0.0.11", workers="2"
+        listen="8000",
+        upstream="triton:8000",
+        resolve="127.0.0.11",
+        workers="2",
+        metrics_port=8002,
     ),
     REPO_ROOT / "deploy" / "kubernetes" / "base" / "guard" / "nginx.conf": GuardSettings(
-        listen="8080", upstream="127.0.0.1:8000", workers="2"
+        listen="8080", upstream="127.0.0.1:8000", workers="2", metrics_port=8002
     ),
 }
 # Copies of the scripts where the deployments read them (kustomize reads files below its folder).

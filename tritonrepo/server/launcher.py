@@ -209,8 +209,9 @@ class TritonServer:
         self.triton_http_port = free_port(avoid=o.given_ports)
         run_dir = BUILD_DIR / "http-guard" / str(o.http_port)
         self.guard = HttpGuard(
-            o.host, o.http_port, self.triton_http_port, run_dir, repository_key=o.repository_key
-        ).start()
+            o.host, o.http_port, self.triton_http_port, run_dir, repository_key=o.repository_key,
+            metrics_port=o.metrics_port,
+        ).start()  # fmt: skip
 
     def _spawn(self) -> None:
         """Start a ``tritonserver`` process with :meth:`command` (not while stopping)."""

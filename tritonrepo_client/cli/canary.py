@@ -7,9 +7,9 @@ import argparse
 import signal
 
 from tritonrepo_client.cli.control import _repository
-from tritonrepo_client.control.canary import abort_canary, canary_rollout
+from tritonrepo_client.control.canary import CanaryError, abort_canary, canary_rollout
 from tritonrepo_client.control.canary_policy import P99_REQUESTS, CanaryPolicy
-from tritonrepo_client.control.guard_routes import GuardRoutes
+from tritonrepo_client.control.guard_routes import GuardRoutes, GuardRoutesError
 from tritonrepo_client.core import resolve_url
 
 
@@ -56,8 +56,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="default: the pipeline's declared min (tritonrepo_canary)",
     )
     cmd.add_argument(
-        "--metrics-url", help="Triton's metrics host:port (default: port 8002 of --url's host)"
+        "--metrics-url",
+        help="Triton's metrics host:port (default: the metrics port the guard at --url says, on "
+        "--url's host; refused when it cannot say)",
     )
+
+
+def _metrics_url(url: str, routes: GuardRoutes) -> str:
+    """``host:port`` of the metrics of the server the guard at ``url`` routes to: the port the
+    guard was told (``tritonrepo-serve`` and the deployments tell it), on ``url``'s host.
+
+    Raises:
+        CanaryError: the guard cannot say (give ``--metrics-url``).
+    """
+    try:
+        port = routes.metrics_port()
+    except GuardRoutesError as exc:
+        raise CanaryError(f"cannot ask the guard where Triton's metrics are ({exc}): "
+                          "give --metrics-url host:port") from None  # fmt: skip
+    if port is None:
+        raise CanaryError(
+            "the guard at the given URL does not know Triton's metrics port: give "
+            "--metrics-url host:port (the canary's figures are read there)"
+        )
+    return f"{url.rpartition(':')[0]}:{port}"
 
 
 def _interrupted(signum: int, frame: object) -> None:
@@ -100,11 +122,11 @@ def canary_command(args: argparse.Namespace) -> int:
     if args.protocol != "http":
         raise ValueError("canary works through the HTTP guard: use --protocol http (the default)")
     args.url = resolve_url(args.url, "http", None)
-    metrics_url = args.metrics_url or f"{args.url.rpartition(':')[0]}:8002"
     previous = signal.signal(signal.SIGTERM, _interrupted)
     try:
         with _repository(args) as repo:
             routes = GuardRoutes(args.url, repo.headers, args.timeout)
+            metrics_url = args.metrics_url or _metrics_url(args.url, routes)
             report = canary_rollout(
                 repo, routes, metrics_url, args.pipeline, args.model, args.version, policy
             )

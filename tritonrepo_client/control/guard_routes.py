@@ -79,6 +79,17 @@ class GuardRoutes:
             raise GuardRoutesError(f"{method} {path}: {response.status}: {detail}")
         return value
 
+    def metrics_port(self) -> int | None:
+        """The port of Triton's metrics endpoint on the guard's host, as the guard was told it
+        (``GET /_guard/upstream``), or None when it was not.
+
+        Raises:
+            GuardRoutesError: the guard does not answer, or has no such path (an older one).
+        """
+        value = self._call("GET", "/_guard/upstream")
+        port = value.get("metrics_port") if isinstance(value, dict) else None
+        return port if isinstance(port, int) and port > 0 else None
+
     def routes(self) -> dict[str, Route]:
         """Every route, by model."""
         return {m: Route(**v) for m, v in (self._call("GET", "/_guard/routes") or {}).items()}

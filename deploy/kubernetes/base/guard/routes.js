@@ -19,6 +19,8 @@
 //                a server started without one does not ask for: kserve_guard.js unlocked),
 //                /_guard/decisions/<m> (POST with the key), /_guard/shadow/<m> (GET: the
 //                comparison's summary; DELETE with the key: start over)
+//                /_guard/upstream (GET: {"metrics_port"}, Triton's metrics port on this host,
+//                null when the guard was not told it)
 //   metrics(r)   GET /_guard/metrics: Prometheus text of the above
 
 import fs from 'fs';
@@ -344,6 +346,10 @@ function admin(r) {
     const writes = r.method !== 'GET';
     if (writes && r.variables.guard_unlocked !== '1') {
         return reply(r, 403, { error: 'http guard: changing routes needs the repository key (x-model-repository-key)' });
+    }
+    if (kind === 'upstream' && model === undefined && r.method === 'GET') {
+        const port = Number(r.variables.guard_metrics_port);
+        return reply(r, 200, { metrics_port: Number.isInteger(port) && port > 0 ? port : null });
     }
     if (kind === 'routes' && r.method === 'GET') {
         const all = routes(r);

@@ -18,6 +18,10 @@ from pathlib import Path
 
 from builders.pipeline import render
 from builders.pipeline.checks_graph import GraphChecked
+from builders.pipeline.config_writer import EnsembleStep, ModelConfig, config_text
+from builders.pipeline.generated_files import header_comment
+from builders.pipeline.generated_files import test_module as suite_module
+from builders.pipeline.model_configs import core_config, core_sets, step_config, tensor_configs
 from tritonrepo.description import GraphPipeline, GraphStep
 from tritonrepo.pipelines.step_calls import format_models
 from tritonrepo_client.model_repository.config_sets import set_file
@@ -28,22 +32,10 @@ NO_PLAN = (
 )
 
 
-def _step_map(kind: str, pairs: list[tuple[str, str]]) -> str:
-    return "".join(f'      {kind} {{ key: "{m}" value: "{e}" }}\n' for m, e in pairs)
-
-
 def ensemble_config(pipeline: GraphPipeline, checked: GraphChecked) -> str:
     """The ensemble's ``config.pbtxt``: the steps in order, each step's model tensors mapped
     to the pipeline's tensors; ``checked.probe`` becomes ``tritonrepo_probe``."""
-    lines = [
-        render._header(pipeline, pipeline.summary, pipeline.doc),  # type: ignore[arg-type]
-        f'name: "{pipeline.name}"\nplatform: "ensemble"\n',
-        f"max_batch_size: {pipeline.max_batch_size}\n",
-        render._io("input", pipeline.inputs),
-        render._io("output", pipeline.outputs),
-        "ensemble_scheduling {\n  step [\n",
-    ]
-    blocks = []
+    steps = []
     for step in pipeline.steps:
         mapped = checked.mapped_outputs.get(step.index, ())
         if step.python is not None:
@@ -61,16 +53,19 @@ def ensemble_config(pipeline: GraphPipeline, checked: GraphChecked) -> str:
                 out_map.get(c.name, c.name): c.name for c in checked.core_outputs[step.core or ""]
             }
             outs = [(back[n], n) for n in mapped]
-        blocks.append(
-            f'    {{\n      model_name: "{model}"\n      model_version: -1\n'
-            + _step_map("input_map", ins)
-            + _step_map("output_map", outs)
-            + "    }"
-        )
-    lines.append(",\n".join(blocks) + "\n  ]\n}\n")
-    if checked.probe is not None:
-        lines.append(render._parameters({"tritonrepo_probe": checked.probe}))
-    return "".join(lines)
+        steps.append(EnsembleStep(model, tuple(ins), tuple(outs)))
+    probe = {"tritonrepo_probe": checked.probe} if checked.probe is not None else {}
+    config = ModelConfig(
+        name=pipeline.name,
+        platform="ensemble",
+        max_batch_size=pipeline.max_batch_size,
+        inputs=tensor_configs(pipeline.inputs),
+        outputs=tensor_configs(pipeline.outputs),
+        ensemble_steps=tuple(steps),
+        parameters=probe,
+        comment=header_comment(pipeline, pipeline.summary, pipeline.doc),
+    )
+    return config_text(config)
 
 
 def _python_configs(
@@ -87,13 +82,7 @@ def _python_configs(
         python = replace(python, deployments=deployments, calls=tuple(names.values()))
     ins, outs = checked.step_inputs[step.index], checked.step_outputs[step.index]
     files = {
-        folder / set_file(config_set): render.step_config(
-            pipeline,
-            python,
-            ins,
-            outs,
-            config_set,  # type: ignore[arg-type]
-        )
+        folder / set_file(config_set): step_config(pipeline, python, ins, outs, config_set)
         for config_set in python.deployments
     }
     summary = f"{', '.join(t.name for t in ins)} -> {', '.join(t.name for t in outs)}"
@@ -109,16 +98,18 @@ def _python_configs(
 def _core_configs(
     pipeline: GraphPipeline, key: str, checked: GraphChecked, folder: Path
 ) -> dict[Path, str]:
-    view = pipeline.core_view(key)
-    core = view.core
-    sets = [*core.deployments, *(() if "torch_gpu" in core.deployments else ("torch_gpu",))]
-    note = render._comment(render.NO_TENSORRT)
+    core = pipeline.cores[key]
     files = {}
-    for config_set in sets:
-        text = render.core_config(
-            view, checked.core_inputs[key], checked.core_outputs[key], config_set, tensorrt=False
+    for config_set in core_sets(core):
+        files[folder / set_file(config_set)] = core_config(
+            pipeline,
+            core,
+            checked.core_inputs[key],
+            checked.core_outputs[key],
+            config_set,
+            tensorrt=False,
+            no_tensorrt=NO_PLAN,
         )
-        files[folder / set_file(config_set)] = text.replace(note, render._comment(NO_PLAN))
     for version in core.versions:
         files[folder / str(version) / ".gitkeep"] = ""
     return files
@@ -127,18 +118,7 @@ def _core_configs(
 def test_module(pipeline: GraphPipeline) -> str:
     """``tests/pipelines/test_<name>.py``: :class:`tests.graph_suite.GraphSuite` bound to this
     description."""
-    source = pipeline.source.relative_to(pipeline.source.parents[2]).as_posix()
-    cls = "".join(part.title() for part in pipeline.name.split("_"))
-    generated = render.GENERATED.format(source=source, name=pipeline.name)
-    return (
-        f'"""{pipeline.name} served (HTTP and gRPC) against its functions and models in one '
-        f'process.\n\n{generated}\n"""\n\n'
-        "import pytest\n\n"
-        "from tests.graph_suite import GraphSuite\n\n"
-        "pytestmark = pytest.mark.server\n\n\n"
-        f"class Test{cls}(GraphSuite):\n"
-        f'    DESCRIPTION = "{source}"\n'
-    )
+    return suite_module(pipeline, "graph_suite:GraphSuite", "models")
 
 
 def render_graph_files(

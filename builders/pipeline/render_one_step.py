@@ -13,9 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from builders.pipeline.render import _batching, _header, _io, _parameters
+from builders.pipeline.config_writer import (
+    DynamicBatching,
+    InstanceGroup,
+    ModelConfig,
+    config_text,
+)
+from builders.pipeline.generated_files import header_comment, python_model
+from builders.pipeline.model_configs import tensor_configs
 from tritonrepo.description import Deployment, Pipeline
-from tritonrepo.server.queue_policy import PLAIN
 
 
 def one_step_config(
@@ -28,20 +34,21 @@ def one_step_config(
 ) -> str:
     """The pipeline's config as one Python-backend model: ``instances`` of ``kind``
     (``KIND_CPU``/``KIND_GPU``), ``deployment``'s batching with the plain queue, ``parameters``."""
-    versions = ", ".join(str(v) for v in pipeline.core.versions)
-    return "".join(
-        [
-            _header(pipeline, pipeline.summary, doc),
-            f'name: "{pipeline.name}"\nbackend: "python"\n',
-            f"max_batch_size: {pipeline.max_batch_size}\n",
-            f"version_policy: {{ specific: {{ versions: [ {versions} ] }} }}\n",
-            _io("input", pipeline.inputs),
-            _io("output", pipeline.outputs, labels=True),
-            f"instance_group [ {{ count: {instances} kind: {kind} }} ]\n",
-            _batching(deployment, PLAIN),
-            _parameters(parameters),
-        ]
+    config = ModelConfig(
+        name=pipeline.name,
+        backend="python",
+        max_batch_size=pipeline.max_batch_size,
+        versions=pipeline.core.versions,
+        inputs=tensor_configs(pipeline.inputs),
+        outputs=tensor_configs(pipeline.outputs, labels=True),
+        instance_group=InstanceGroup(instances, kind),
+        dynamic_batching=DynamicBatching(
+            deployment.max_queue_delay_us, deployment.preferred_batch_sizes
+        ),
+        parameters=parameters,
+        comment=header_comment(pipeline, pipeline.summary, doc),
     )
+    return config_text(config)
 
 
 ONE_STEP_CLASS = "tritonrepo.pipelines.one_step:OneStep"
@@ -50,12 +57,9 @@ ONE_STEP_CLASS = "tritonrepo.pipelines.one_step:OneStep"
 def one_step_model_py(pipeline: Pipeline) -> str:
     """The one-step model's ``model.py``, one file for both sets: a subclass of
     :data:`ONE_STEP_CLASS`, which runs the form the loaded config names."""
-    module, _, cls = ONE_STEP_CLASS.partition(":")
-    return (
+    docstring = (
         f'"""{pipeline.name} in one step: preprocess -> {pipeline.core.model} -> postprocess.\n\n'
         "On the CPU or the GPU, as the loaded config names (tritonrepo/pipelines/one_step.py).\n"
-        '"""\n\n'
-        f"from {module} import {cls}\n\n\n"
-        f"class TritonPythonModel({cls}):\n"
-        f'    """Python-backend entry point; initialize/execute/finalize come from {cls}."""\n'
+        '"""'
     )
+    return python_model(docstring, ONE_STEP_CLASS)

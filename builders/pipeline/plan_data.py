@@ -35,9 +35,8 @@ RELATIVE_TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 5e-2}
 def described_plan_models() -> dict[str, Pipeline]:
     """``{core model: pipeline}`` of the descriptions whose core this package builds (an
     ``onnx`` file or a ``build`` function; a ``builder`` core has its own plan code)."""
-    return {  # the cores of a graph description get no plan yet (render_graph.NO_PLAN)
-        p.core.model: p for p in described_pipelines() if p.core.builder is None
-    }
+    # the cores of a graph description get no plan yet (builders.pipeline.kinds.graph.NO_PLAN)
+    return {p.core.model: p for p in described_pipelines() if p.core.builder is None}
 
 
 def plan_feeds(pipeline: Pipeline) -> PlanFeeds:

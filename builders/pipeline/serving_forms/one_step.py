@@ -1,12 +1,12 @@
-"""What the two one-step models of a described pipeline share: the pipeline's config as one
-Python-backend model (:func:`one_step_config`) and its ``model.py`` (:func:`one_step_model_py`).
+"""What the two one-step serving forms of a single-core pipeline share: the pipeline's config as
+one Python-backend model (:func:`one_step_config`) and its ``model.py`` (:func:`one_step_model_py`).
 
-The CPU one-step model (:mod:`builders.pipeline.render_fused`) runs the functions and the ONNX
-core in one process; the GPU one (:mod:`builders.pipeline.render_chained`) runs the three models'
-own code there. A pipeline can have both (a version folder holds one ``model.py``): it names
-:class:`tritonrepo.pipelines.one_step.OneStep`, which runs the form the loaded config names.
-Both serve under the pipeline's name, with its inputs and outputs, the core's
-served versions and Triton's plain queue (:data:`tritonrepo.server.queue_policy.PLAIN`).
+The CPU one-step model (:mod:`builders.pipeline.serving_forms.fused_cpu`) runs the functions and
+the ONNX core in one process; the GPU one (:mod:`builders.pipeline.serving_forms.chained_gpu`)
+runs the three models' own code there. A pipeline can have both (a version folder holds one
+``model.py``): it names :class:`tritonrepo.pipelines.one_step.OneStep`, which runs the form the
+loaded config names. Both serve under the pipeline's name, with its inputs and outputs, the
+core's served versions and Triton's plain queue (:data:`tritonrepo.server.queue_policy.PLAIN`).
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ class Review:
     all_edges: dict[str, set[str]] = field(default_factory=dict)  # imports in functions too
     private: list[tuple[str, str, str]] = field(default_factory=list)  # module, source, name
     inner: Counter[str] = field(default_factory=Counter)  # top package -> count
+    inner_modules: Counter[str] = field(default_factory=Counter)  # module -> count
 
     def circles(self, inner: bool = False) -> list[list[str]]:
         """Strongly connected components of more than one module (Tarjan), each sorted; with
@@ -168,6 +169,7 @@ def review() -> Review:
                     result.all_edges[name].add(found)
                 if not top:
                     result.inner[name.split(".")[0]] += 1
+                    result.inner_modules[name] += 1
                 elif found and found != name:
                     result.edges[name].add(found)
     return result

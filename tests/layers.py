@@ -207,8 +207,14 @@ def imports_in(source: str, package: str = "") -> Iterator[tuple[int, str]]:
 def source_files() -> Iterator[Path]:
     """Every first-party Python file whose layer is known (tests excluded: they may import
     every layer)."""
-    tops = ("tritonrepo", "tritonrepo_client", "builders", "reference_data", "benchmarks",
-            "pipelines")
+    tops = (
+        "tritonrepo",
+        "tritonrepo_client",
+        "builders",
+        "reference_data",
+        "benchmarks",
+        "pipelines",
+    )
     for top in (*tops, "backends"):
         yield from sorted((ROOT / top).rglob("*.py"))
     yield from sorted((ROOT / "model_repository").rglob("model.py"))

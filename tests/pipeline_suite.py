@@ -22,7 +22,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from builders.pipeline.in_process import InProcess
-from builders.pipeline.render_fused import fused_reason
+from builders.pipeline.serving_forms.fused_cpu import fused_refusal
 from tests.conftest import server_options
 from tests.server.test_pipeline_client import requests_served
 from tritonrepo.description import Pipeline, import_ref, load
@@ -179,12 +179,12 @@ class PipelineSuite(DescribedSuite):
 
     def test_the_one_step_cpu_model_equals_the_ensemble(self, pipeline, samples, server, tmp_path):
         """The CPU set's one-step model (preprocess, core and postprocess in one Python-backend
-        step, ``builders.pipeline.render_fused``) against the ensemble of ``config.pbtxt`` with
-        its steps and core in their CPU configs, served by a throwaway server of its own
-        (a repository whose pipeline folder has no ``configs/``), over HTTP on every sample row:
-        one request of all rows and one row per request."""
-        if fused_reason(pipeline) is not None:
-            pytest.skip(f"{pipeline.name} has no one-step CPU model: {fused_reason(pipeline)}")
+        step, ``builders.pipeline.serving_forms.fused_cpu``) against the ensemble of
+        ``config.pbtxt`` with its steps and core in their CPU configs, served by a throwaway
+        server of its own (a repository whose pipeline folder has no ``configs/``), over HTTP on
+        every sample row: one request of all rows and one row per request."""
+        if fused_refusal(pipeline) is not None:
+            pytest.skip(f"{pipeline.name} has no one-step CPU model: {fused_refusal(pipeline)}")
         rows = min(len(next(iter(samples.values()))), pipeline.max_batch_size)
         batch = {k: np.asarray(v[:rows]) for k, v in samples.items()}
         repository = tmp_path / "model_repository"

@@ -5,7 +5,7 @@ Converters declare some outputs with a fixed first dim although the model return
 input row: onnxmltools' ``convert_lightgbm(..., zipmap=False)`` declares the ``label`` output
 ``[1]`` whatever the batch, and ONNX Runtime returns ``[n]``. The served configs do not depend
 on that dim (they leave the batch dim out), but a graph that declares it fixed is refused by the
-shape check (:func:`builders.pipeline.checks_samples._check_declared_outputs`), and ONNX Runtime
+shape check (:func:`builders.pipeline.kinds.sample_checks.check_core_outputs`), and ONNX Runtime
 warns at every batch (``VerifyOutputSizes``). So where the samples prove the dim is the batch,
 it is replaced by the graph's batch dim and the caller prints one line (:func:`note`).
 

@@ -20,9 +20,10 @@ a ``build`` function:
    prove is the batch (onnxmltools' LightGBM ``label``, declared ``[1]``) gets the dynamic
    batch dim first, said in one line and recorded (:mod:`builders.pipeline.batch_dims`);
 2. parity: the samples go through the preprocess function, then ONNX Runtime runs the whole
-   batch at once and each row alone; every output must agree within :data:`PARITY_ATOL` (a
-   graph whose rows depend on each other, or on the batch size, fails here);
-3. with ``int8 = true``, version :data:`INT8_VERSION` is ONNX Runtime's static INT8 QDQ
+   batch at once and each row alone; every output must agree within ``PARITY_ATOL``
+   (:mod:`builders.pipeline.build_record`; a graph whose rows depend on each other, or on the
+   batch size, fails here);
+3. with ``int8 = true``, version ``INT8_VERSION`` (2) is ONNX Runtime's static INT8 QDQ
    quantization calibrated on the preprocessed samples (MinMax, per-channel symmetric weights);
    its largest deviation from FP32 on the samples is recorded, not gated (it goes live only
    through a rollout);
@@ -48,7 +49,6 @@ in this process alone (the stubs pointed at another environment with
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import subprocess
 import sys
@@ -62,9 +62,19 @@ import numpy as np
 from builders.metadata import BUILD_METADATA_FILE, write_metadata
 from builders.onnx_export.quantization import quantize_qdq
 from builders.pipeline import batch_dims, drift_profile, module_build
+from builders.pipeline.build_graph import build_graph
 from builders.pipeline.build_plan import build_order, not_generated, with_calls
+from builders.pipeline.build_record import (
+    BUILT_BY,
+    LIBRARIES,
+    ParityError,
+    description_path,
+    parity,
+    source_digest,
+)
 from builders.pipeline.graph import ModelSourceError, obtain_model
 from builders.pipeline.in_process import InProcess, Replay
+from builders.pipeline.model_configs import INT8_VERSION
 from builders.torch_programs import described_export
 from tritonrepo.description import (
     DescriptionError,
@@ -76,24 +86,6 @@ from tritonrepo.description import (
 )
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo.server import stub_numpy
-
-PARITY_ATOL = 1e-4  # max |batch N - batch 1| per output element (FP32 ONNX Runtime, CPU)
-INT8_VERSION = 2
-BUILT_BY = "builders.pipeline.build"
-LIBRARIES = ("onnx", "onnxruntime", "numpy", "torch", "skl2onnx")
-
-
-class ParityError(RuntimeError):
-    """Batch-N and batch-1 outputs of the built model differ; the message has the figures."""
-
-
-def source_digest(pipeline: Pipeline) -> str:
-    """SHA-256 over the description and every ``.py`` file in its folder (sorted by name): a
-    change to either rebuilds the model."""
-    digest = hashlib.sha256()
-    for path in [pipeline.source, *sorted(pipeline.folder.glob("*.py"))]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
 
 
 def samples_of(pipeline: Pipeline) -> Any:
@@ -118,35 +110,6 @@ def core_feeds(pipeline: Pipeline, model: Path | bytes) -> dict[str, np.ndarray]
         return replay.runner.core_feeds({k: np.concatenate([o[k] for o in outs]) for k in outs[0]})
     runner = InProcess(pipeline, model)
     return runner.core_feeds(runner.pre(dict(samples_of(pipeline))))
-
-
-def parity(model_path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """``{output: max |batch N - row by row|}`` over the samples; rows = the feeds' batch.
-
-    Raises:
-        ParityError: an output differs by more than :data:`PARITY_ATOL`.
-    """
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    joint = session.run(names, dict(feeds))
-    rows = len(next(iter(feeds.values())))
-    single = [session.run(names, {k: v[i : i + 1] for k, v in feeds.items()}) for i in range(rows)]
-    figures = {}
-    for j, name in enumerate(names):
-        alone = np.concatenate([np.asarray(s[j]) for s in single])
-        together = np.asarray(joint[j])
-        if together.dtype.kind in "fc":
-            figures[name] = float(np.max(np.abs(together - alone))) if together.size else 0.0
-        else:
-            figures[name] = float(np.count_nonzero(together != alone))
-        if figures[name] > PARITY_ATOL:
-            raise ParityError(
-                f"output '{name}' differs by {figures[name]:.3g} between batch {rows} and "
-                f"batch 1 (limit {PARITY_ATOL}): rows of the graph depend on each other"
-            )
-    return figures
 
 
 def rows_agreeing(pipeline: Pipeline, fp32: Path, int8: Path) -> str:
@@ -199,8 +162,6 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
         subprocess.CalledProcessError: a ``builder`` module failed.
     """
     if isinstance(pipeline, GraphPipeline):  # several core models
-        from builders.pipeline.build_graph import build_graph
-
         return build_graph(pipeline, repository)
     core = pipeline.core
     if core.builder is not None:
@@ -269,17 +230,6 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
         write_metadata(int8_folder / BUILD_METADATA_FILE, int8_fields, built_by=BUILT_BY,
                        libraries=LIBRARIES, artifacts={"model.onnx": int8_file})  # fmt: skip
     return record
-
-
-def description_path(pipeline: Pipeline | GraphPipeline) -> str:
-    """The description's path as a build record names it: relative to the checkout when inside
-    it, else absolute."""
-    source = pipeline.source
-    return (
-        source.relative_to(REPO_ROOT).as_posix()
-        if source.is_relative_to(REPO_ROOT)
-        else str(source)
-    )
 
 
 def _described_quietly() -> list[Pipeline]:

@@ -5,7 +5,7 @@ For each core (an ``onnx`` file or a ``build`` function): the model is written t
 ``<core>/<first served version>/model.onnx``; the samples run through the whole chain in one
 process (:class:`builders.pipeline.graph_in_process.GraphInProcess`), which records every
 feed each core gets (as an ensemble step or through a step's calls), and the batch parity
-check of :func:`builders.pipeline.build.parity` runs on each of those feeds (an output whose
+check of :func:`builders.pipeline.build_record.parity` runs on each of those feeds (an output whose
 fixed first dim the samples prove is the batch gets the dynamic batch dim first:
 :mod:`builders.pipeline.batch_dims`); then
 ``build_metadata.json`` records the pipeline, the source digest and the figures. A core whose
@@ -21,7 +21,13 @@ from typing import Any
 
 from builders.metadata import BUILD_METADATA_FILE, write_metadata
 from builders.pipeline import batch_dims
-from builders.pipeline import build as single
+from builders.pipeline.build_record import (
+    BUILT_BY,
+    LIBRARIES,
+    description_path,
+    parity,
+    source_digest,
+)
 from builders.pipeline.graph import obtain_model
 from builders.pipeline.graph_in_process import GraphInProcess
 from tritonrepo.description import GraphPipeline, import_ref
@@ -34,7 +40,7 @@ def build_graph(pipeline: GraphPipeline, repository: Path) -> dict[str, Any] | N
         ModelSourceError: a model cannot be obtained.
         ParityError: a batch parity check failed (nothing is left under the served name).
     """
-    digest = single.source_digest(pipeline)  # type: ignore[arg-type]
+    digest = source_digest(pipeline)
     folders = {k: repository / c.model / str(c.versions[0]) for k, c in pipeline.cores.items()}
 
     def current(folder: Path) -> bool:
@@ -60,7 +66,7 @@ def build_graph(pipeline: GraphPipeline, repository: Path) -> dict[str, Any] | N
         staged.write_bytes(models[key])
         try:
             for feeds in runner.cores[key].feeds:
-                for name, value in single.parity(staged, feeds).items():
+                for name, value in parity(staged, feeds).items():
                     figures.setdefault(core.model, {})[name] = max(
                         value, figures.get(core.model, {}).get(name, 0.0)
                     )
@@ -72,7 +78,7 @@ def build_graph(pipeline: GraphPipeline, repository: Path) -> dict[str, Any] | N
         staged.replace(target)
         fields = {
             "pipeline": pipeline.name,
-            "description": single.description_path(pipeline),
+            "description": description_path(pipeline),
             "source_sha256": digest,
             "source": core.onnx or f"{core.build}()",
             **({"batch_dim_made_dynamic": freed[key]} if freed[key] else {}),
@@ -83,8 +89,8 @@ def build_graph(pipeline: GraphPipeline, repository: Path) -> dict[str, Any] | N
         write_metadata(
             folder / BUILD_METADATA_FILE,
             fields,
-            built_by=single.BUILT_BY,
-            libraries=single.LIBRARIES,
+            built_by=BUILT_BY,
+            libraries=LIBRARIES,
             artifacts={"model.onnx": target},
         )
     return {

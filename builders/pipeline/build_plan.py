@@ -10,27 +10,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from tritonrepo.description import DescriptionError, GraphPipeline, Pipeline
+from tritonrepo.description import DescriptionError, Header
 
 
-def called_pipelines(pipelines: Sequence[Pipeline]) -> dict[str, set[str]]:
+def called_pipelines(pipelines: Sequence[Header]) -> dict[str, set[str]]:
     """``{pipeline name: names of the other pipelines among ``pipelines`` whose models it calls
-    through BLS}`` (``calls`` of its steps or its session; a graph description's steps call
-    only its own models)."""
+    through BLS}`` (:meth:`tritonrepo.description.Header.called_models`: ``calls`` of its steps
+    or its session; a graph description's steps call only its own models)."""
     owner = {model: p.name for p in pipelines for model in p.models if model}
     needs: dict[str, set[str]] = {}
     for p in pipelines:
-        if isinstance(p, GraphPipeline):
-            needs[p.name] = set()
-            continue
-        called = {*p.preprocess.calls, *p.postprocess.calls}
-        if p.core_state is not None:
-            called.update(c.model for c in p.core_state.calls)
+        called = p.called_models()
         needs[p.name] = {owner[m] for m in called if m in owner and owner[m] != p.name}
     return needs
 
 
-def build_order(pipelines: Sequence[Pipeline]) -> list[Pipeline]:
+def build_order(pipelines: Sequence[Header]) -> list[Header]:
     """``pipelines`` with each one after the pipelines whose models it calls through BLS
     (``calls`` of its steps or its session): ctr_session's core graph is built from
     ctr_ranking's ctr_model. Otherwise in the given order.
@@ -39,7 +34,7 @@ def build_order(pipelines: Sequence[Pipeline]) -> list[Pipeline]:
         DescriptionError: the calls form a cycle (named).
     """
     needs = called_pipelines(pipelines)
-    ordered: list[Pipeline] = []
+    ordered: list[Header] = []
     done: set[str] = set()
     pending = list(pipelines)
     while pending:
@@ -53,7 +48,7 @@ def build_order(pipelines: Sequence[Pipeline]) -> list[Pipeline]:
     return ordered
 
 
-def with_calls(named: Sequence[Pipeline], described: Sequence[Pipeline]) -> list[Pipeline]:
+def with_calls(named: Sequence[Header], described: Sequence[Header]) -> list[Header]:
     """``named`` and every pipeline of ``described`` whose models they call, at any depth (a
     pipeline of ``named`` wins over a description of the same name in ``described``); in
     ``described`` order, then the named ones not in it. Not ordered for building: see
@@ -70,7 +65,7 @@ def with_calls(named: Sequence[Pipeline], described: Sequence[Pipeline]) -> list
     return [p for name, p in by_name.items() if name in wanted]
 
 
-def not_generated(pipelines: Sequence[Pipeline], repository: Path) -> list[str]:
+def not_generated(pipelines: Sequence[Header], repository: Path) -> list[str]:
     """The names of ``pipelines`` that were described but not generated into ``repository``
     yet: one of their models has no ``config.pbtxt`` there. Building such a core would leave a
     model folder that makes the generator refuse the name (a clash), and its drift profile has

@@ -1,7 +1,9 @@
 """The generator: ``tritonrepo-new pipeline NAME --from pipelines/NAME/pipeline.toml``.
 
-It reads the description, runs every check (:mod:`builders.pipeline.checks`) and only then
-writes, into the model repository: the ensemble ``NAME`` and the folders of its three steps
+It reads the description, asks which kind it is
+(:func:`builders.pipeline.kinds.selection.kind_of`: one core, several models, a session, state
+in the core), runs every check of that kind and only then writes what the kind makes into the
+model repository: for a single core, the ensemble ``NAME`` and the folders of its three steps
 (``config.pbtxt``, ``configs/cpu.pbtxt`` and ``configs/torch_gpu.pbtxt`` where the description
 has those sets, the steps' 7-line ``model.py``, a ``.gitkeep`` in every version folder so git
 keeps it before ``make artifacts`` fills it), and ``tests/pipelines/test_NAME.py``.
@@ -32,21 +34,16 @@ from pathlib import Path
 
 from builders.metadata import render as render_json
 from builders.metadata import write_atomic
-from builders.pipeline import render
-from builders.pipeline.checks import Checked, check
-from builders.pipeline.render_chained import chained_files
-from builders.pipeline.render_fused import fused_files
-from tritonrepo.description import DescriptionError, GraphPipeline, Pipeline, load
+from builders.pipeline.kinds.selection import kind_of
+from tritonrepo.description import DescriptionError, Header, load
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo.server import stub_numpy
-from tritonrepo_client.model_repository.config_sets import set_file
 
 MANIFEST = "generated_files.json"
 # After a run that wrote files: build this pipeline's core model and those of the pipelines it
 # calls (not every shipped model, as plain `make serve` does), install the HTTP guard's nginx,
 # then serve this one (Makefile: serve with MODELS).
 NEXT_STEPS = "next: make serve MODELS={name}   (builds its model and what it calls, then serves it)"
-INT8_VERSION = 2  # the version folder of an INT8 build (``[model] int8 = true``)
 
 
 @dataclass(frozen=True)
@@ -64,91 +61,24 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def render_files(pipeline: Pipeline, checked: Checked, repository: Path) -> dict[Path, str]:
-    """Every file of the pipeline: absolute path → text."""
-    pre, core, post = pipeline.preprocess, pipeline.core, pipeline.postprocess
-    core_in = render.step_view(pipeline, checked.core_inputs)
-    core_out = render.step_view(pipeline, checked.core_outputs)
-    pre_out = [*core_in, *pre.outputs]
-    post_in = [*core_out, *pre.outputs]
-    out_by_name = {t.name: t for t in pipeline.outputs}
-    files: dict[Path, str] = {}
-
-    def names(tensors: Sequence) -> str:
-        return ", ".join(t.name for t in tensors)
-
-    steps = (
-        (1, pre, pipeline.inputs, pre_out),
-        (3, post, post_in, [out_by_name[t.name] for t in pipeline.outputs]),
-    )
-    if pipeline.core_state is not None:  # one model: the stateful graph, or the step class
-        from builders.pipeline.render_core_state import core_state_files
-
-        return core_state_files(pipeline, checked, repository)
-    if pipeline.session is not None:  # the session model answers; no ensemble, no step models
-        folder = repository / pipeline.session.model
-        files[folder / "config.pbtxt"] = render.session_config(
-            pipeline, checked.core_inputs, checked.core_outputs, checked.probe
-        )
-        summary = f"{names(pipeline.inputs)} -> {names(pipeline.outputs)}"
-        files[folder / "1" / "model.py"] = render.model_py(pipeline, None, 0, summary)
-        steps = ()
-    else:
-        ensemble = repository / pipeline.name
-        files[ensemble / "config.pbtxt"] = render.ensemble_config(
-            pipeline, checked.core_inputs, checked.core_outputs, checked.probe
-        )
-        files[ensemble / "1" / ".gitkeep"] = ""
-        staged = {*core.versions, *((INT8_VERSION,) if core.int8 else ())}  # rollout targets
-        files.update(fused_files(pipeline, checked, ensemble, sorted(staged)))
-    for number, step, ins, outs in steps:
-        folder = repository / step.model
-        for config_set in step.deployments:
-            path = folder / set_file(config_set)
-            files[path] = render.step_config(pipeline, step, ins, outs, config_set)
-        summary = f"{names(ins)} -> {names(outs)}"
-        files[folder / "1" / "model.py"] = render.model_py(pipeline, step, number, summary)
-    folder = repository / core.model
-    core_sets = [*core.deployments]
-    if core.builder is None and "torch_gpu" not in core_sets:
-        core_sets.append("torch_gpu")  # ONNX Runtime stands in (render.NO_TORCH_PROGRAM)
-    for config_set in core_sets:
-        path = folder / set_file(config_set)
-        files[path] = render.core_config(
-            pipeline, checked.core_inputs, checked.core_outputs, config_set, checked.tensorrt
-        )
-    versions = {*core.versions, *((INT8_VERSION,) if core.int8 else ())}
-    for version in sorted(versions):
-        files[folder / str(version) / ".gitkeep"] = ""
-    if pipeline.one_step_gpu:  # the description refuses it for a stateful pipeline
-        chained = chained_files(pipeline, checked.probe, repository, files, sorted(versions))
-        # The CPU one-step model's model.py is the same file (render_one_step.one_step_model_py).
-        assert all(files.get(p, text) == text for p, text in chained.items()), "one model.py"
-        files.update(chained)
-    if pipeline.tests:
-        files[REPO_ROOT / "tests" / "pipelines" / f"test_{pipeline.name}.py"] = render.test_module(
-            pipeline
-        )
-    return files
-
-
 def _relative(path: Path) -> str:
     """``path`` relative to the checkout when inside it, else absolute."""
     return path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else str(path)
 
 
-def _manifest(pipeline: Pipeline) -> dict[str, str]:
+def _manifest(pipeline: Header) -> dict[str, str]:
     path = pipeline.folder / MANIFEST
     return json.loads(path.read_text())["files"] if path.is_file() else {}
 
 
 def plan(
-    pipeline: Pipeline, repository: Path = MODEL_REPOSITORY, force: bool = False
+    pipeline: Header, repository: Path = MODEL_REPOSITORY, force: bool = False
 ) -> list[Change]:
-    """Check ``pipeline`` and plan its files (nothing written).
+    """Check ``pipeline`` (a description of any kind) and plan its files (nothing written).
 
     Raises:
-        DescriptionError: a check failed (:func:`builders.pipeline.checks.check`).
+        DescriptionError: a check of its kind failed
+            (:meth:`builders.pipeline.kinds.base.Kind.check`).
     """
     recorded = _manifest(pipeline)
     owned = set()  # the model folders this description generated before
@@ -158,14 +88,9 @@ def plan(
         )
         if path.is_relative_to(repository):
             owned.add(path.relative_to(repository).parts[0])
-    if isinstance(pipeline, GraphPipeline):  # several core models: [models.<key>], [[step]]
-        from builders.pipeline.checks_graph import check_graph
-        from builders.pipeline.render_graph import render_graph_files
-
-        checked_graph = check_graph(pipeline, repository, owned, force)
-        files = render_graph_files(pipeline, checked_graph, repository, REPO_ROOT)
-    else:
-        files = render_files(pipeline, check(pipeline, repository, owned, force), repository)
+    kind = kind_of(pipeline)
+    checked = kind.check(pipeline, repository, owned, force)
+    files = kind.files(pipeline, checked, repository, REPO_ROOT)
     changes = []
     for path, text in files.items():
         relative = (
@@ -192,7 +117,7 @@ def plan(
     return changes
 
 
-def write(pipeline: Pipeline, changes: Sequence[Change]) -> None:
+def write(pipeline: Header, changes: Sequence[Change]) -> None:
     """Write the ``create``/``update`` files and the manifest (every planned file's digest).
 
     Raises:

@@ -37,6 +37,8 @@ from typing import Any
 
 from tritonrepo.description import Pipeline
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
+from tritonrepo.server.artifact_checks import MAKE_ARTIFACTS
+from tritonrepo.server.preflight import required_artifacts
 
 STAMPS = BUILD_DIR / "pipeline-builds"
 # Top-level packages of this repository (each in the folder of its name).
@@ -114,9 +116,6 @@ def sources_digest(paths: Iterable[Path], root: Path = REPO_ROOT) -> str:
 def required_files(pipeline: Pipeline, repository: Path) -> list[Path]:
     """The files the preflight requires for ``pipeline`` in the ``cpu`` set that ``make
     artifacts`` builds (core versions, labels, tokenizers)."""
-    from tritonrepo.server.artifact_checks import MAKE_ARTIFACTS
-    from tritonrepo.server.preflight import required_artifacts
-
     required = required_artifacts(repository, [pipeline.name], CHECK_SET)
     return [repository / a.path for a in required if a.build == MAKE_ARTIFACTS]
 

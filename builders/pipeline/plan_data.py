@@ -17,15 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from builders.gates.accuracy_gate import GateFailed, paired_outputs
 from builders.pipeline.core_owners import described_pipelines
+from builders.pipeline.plan_feed_types import PlanFeeds, Profile
 
 if TYPE_CHECKING:
-    from builders.pipeline.plan_feeds import PlanFeeds
     from tritonrepo.description import Pipeline
     from tritonrepo_client.model_repository.configs import ModelConfig
 
-Shape = tuple[int, ...]
-Profile = dict[str, tuple[Shape, Shape, Shape]]
 # max |engine - FP32| / max |FP32| per float output: FP32 kernels reorder sums; FP16 keeps
 # ~3 decimal digits; INT8 (calibrated) stays within a few percent on a healthy graph.
 RELATIVE_TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 5e-2}
@@ -35,15 +34,13 @@ RELATIVE_TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "int8": 5e-2}
 def described_plan_models() -> dict[str, Pipeline]:
     """``{core model: pipeline}`` of the descriptions whose core this package builds (an
     ``onnx`` file or a ``build`` function; a ``builder`` core has its own plan code)."""
-    return {  # the cores of a graph description get no plan yet (render_graph.NO_PLAN)
-        p.core.model: p for p in described_pipelines() if p.core.builder is None
-    }
+    # the cores of a graph description get no plan yet (builders.pipeline.kinds.graph.NO_PLAN)
+    return {p.core.model: p for p in described_pipelines() if p.core.builder is None}
 
 
 def plan_feeds(pipeline: Pipeline) -> PlanFeeds:
     """The plan feeds of a generic core (``builders.pipeline.plan_feeds.for_model``): profile,
     calibration and gate of this module, from ``pipeline``'s description and samples."""
-    from builders.pipeline.plan_feeds import PlanFeeds
 
     def calibration(plan_profile: Profile, onnx_path: Path) -> list[dict[str, np.ndarray]]:
         return calibration_feeds(pipeline, plan_profile, onnx_path)
@@ -85,6 +82,8 @@ def sample_feeds(pipeline: Pipeline, onnx_path: Path) -> dict[str, np.ndarray]:
     """The inputs of the built graph ``onnx_path`` for the samples
     (``builders.pipeline.build.core_feeds``): the plan builder reads the model that
     ``make artifacts`` wrote, not its source (which may need packages its image lacks)."""
+    # Imported here: the plan builder imports this module for profiles alone, without the
+    # build's own imports (the launcher's preflight, the quantizer, the torch exports).
     from builders.pipeline.build import core_feeds
 
     return core_feeds(pipeline, onnx_path)
@@ -115,8 +114,6 @@ def run_gate(
     Raises:
         builders.gates.accuracy_gate.GateFailed: a float output deviates more.
     """
-    from builders.gates.accuracy_gate import GateFailed, paired_outputs
-
     limit = RELATIVE_TOLERANCE[precision]
     feeds = sample_feeds(pipeline, onnx_path)
     figures: dict[str, float] = {}

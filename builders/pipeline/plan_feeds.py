@@ -20,51 +20,19 @@ owner has no hook, is refused with a message that says which.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from builders.pipeline import plan_data
 from builders.pipeline.core_owners import owner
+from builders.pipeline.plan_feed_types import PlanFeeds
+from tritonrepo_client.model_repository.configs import load_config
 
-if TYPE_CHECKING:
-    from tritonrepo_client.model_repository.configs import ModelConfig
-
-Shape = tuple[int, ...]
-Profile = dict[str, tuple[Shape, Shape, Shape]]  # input name -> (min, opt, max)
-Feed = dict[str, np.ndarray]
 HOOK = "PLAN_FEEDS"  # the builder module's "package.module:function" of its plan feeds
 PLAN_PLATFORM = "tensorrt_plan"
 
 
 class NoPlanFeeds(ValueError):
     """A model has no owner, or its owner has no plan feeds."""
-
-
-@dataclass(frozen=True)
-class PlanFeeds:
-    """What the plan builder needs for one core model, each part computed when called.
-
-    Attributes:
-        profile: ``(config) -> profile 0`` (input name -> ``(min, opt, max)`` shapes); raises
-            ValueError when the config cannot have that profile.
-        calibration: ``(profile, onnx_path) -> feeds``: INT8 calibration batches at the
-            profile's OPT shape (``onnx_path``: the ONNX graph being built).
-        gate: ``(reference, candidate, precision, reference_path) -> figures``: the engine
-            (``candidate``, a Polygraphy runner) against ONNX Runtime FP32 (``reference``, on
-            ``reference_path``), JSON-ready figures with ``"passed": True``; raises
-            ``builders.gates.accuracy_gate.GateFailed`` beyond ``tolerance[precision]``.
-        tolerance: precision (``"fp32"``, ``"fp16"``, ``"int8"``) -> the gate's limits.
-        source: the module the feeds come from (recorded in ``plan_metadata.json``).
-    """
-
-    profile: Callable[[ModelConfig], Profile]
-    calibration: Callable[[Profile, Path], list[Feed]]
-    gate: Callable[[Any, Any, str, Path], dict]
-    tolerance: Mapping[str, Any]
-    source: str
 
 
 def for_model(model: str, repository: Path) -> PlanFeeds:
@@ -75,8 +43,6 @@ def for_model(model: str, repository: Path) -> PlanFeeds:
         NoPlanFeeds: no description or builder module owns ``model``, or its builder module
             names no ``PLAN_FEEDS`` function.
     """
-    from builders.pipeline import plan_data
-
     try:
         found = owner(model)
     except LookupError as exc:
@@ -98,8 +64,6 @@ def for_model(model: str, repository: Path) -> PlanFeeds:
 def plan_models(repository: Path) -> list[str]:
     """The models of ``repository`` whose ``config.pbtxt`` is a TensorRT plan, sorted (the
     models ``make build-plans`` builds), read from the configs."""
-    from tritonrepo_client.model_repository.configs import load_config
-
     return sorted(
         config.parent.name
         for config in repository.glob("*/config.pbtxt")

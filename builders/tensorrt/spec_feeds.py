@@ -1,4 +1,4 @@
-"""TensorRT plan feeds (``builders.pipeline.plan_feeds.PlanFeeds``) of the cores whose profile
+"""TensorRT plan feeds (``builders.pipeline.plan_feed_types.PlanFeeds``) of the cores whose profile
 comes from their spec (``plan_config.model_profile``: ``tritonrepo/text/spec.py``,
 ``tritonrepo/ctr/spec.py``, ``tritonrepo/image/spec.py``). Their builder modules name these
 functions in ``PLAN_FEEDS`` (``builders/onnx_export/text_embedding.py``, ``ctr.py`` and
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builders.pipeline.plan_feeds import Feed, PlanFeeds, Profile
+from builders.pipeline.plan_feed_types import Feed, PlanFeeds, Profile
 from builders.tensorrt import image_plan_data, plan_config, plan_data
 
 

@@ -26,15 +26,14 @@ these 211 images), which reorders such near-ties and nothing else (every reorder
 had an FP32 gap of at most 0.035). The max abs logit difference must also stay within
 ``max_logit_diff``. A failure raises ``RuntimeError`` (``build_auto`` then builds FP32).
 
-Usage: ``python -m builders.torch_programs.image_export [builders.torch_programs.export options]``:
-the image models only, through ``builders.torch_programs.export`` (which lists them in its
-``MODELS``).
+The image models only: ``python -m builders.torch_programs.export --model image_classifier
+--model image_classifier_resnet50`` (``builders.torch_programs.export`` lists them in its
+``MODELS``; this module has no command of its own, so it does not import the exporter that
+imports it).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,17 +231,3 @@ def image_gate(program, reference, device: str, gate: ImageGate) -> dict:
             f"{diff:.2e} (limit {gate.max_logit_diff})"
         )
     return figures
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``builders.torch_programs.export.main`` for ``MODELS`` (unless ``--model`` is given)."""
-    from builders.torch_programs import export as torch_export
-
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--model" not in args:
-        args += [arg for model in MODELS for arg in ("--model", model)]
-    return torch_export.main(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

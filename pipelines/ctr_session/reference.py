@@ -1,7 +1,7 @@
 """The stateless answer of ctr_session: what ctr_ranking answers for the session's whole history.
 
 The generator proves ctr_session's stateful graph (config.pbtxt) against it event by event
-(builders.pipeline.checks_core_state): the history window and the rows are built by
+(builders.pipeline.kinds.core_state_proof): the history window and the rows are built by
 :mod:`tritonrepo.ctr.features` (as ``ctr_preprocess`` builds them), scored by ctr_model's
 ONNX export (``ctr_model/1/model.onnx``, the model ``ctr_ranking`` serves, run by ONNX Runtime)
 and ranked as ``ctr_postprocess`` ranks (CTR descending, ties in the request's order).

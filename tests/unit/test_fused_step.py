@@ -115,7 +115,7 @@ def test_instances_follow_the_inputs_unless_the_cpu_deployment_asks():
     holds the GIL); an explicit ``instances`` above one in the core's cpu deployment wins."""
     from dataclasses import replace
 
-    from builders.pipeline.render_fused import (
+    from builders.pipeline.serving_forms.fused_cpu import (
         BYTES_INSTANCES,
         FUSED_SET,
         NUMERIC_INSTANCES,

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import re
 
-from tests import layers
+from tests import import_review, layers
+
+# The figures of tests/import_review.py as they stand: a change that adds an import circle or a
+# private cross-module import fails here, naming it, instead of growing them back unnoticed.
+MAX_CIRCLES = 3  # with the imports inside functions (module level: 2)
+MAX_PRIVATE_IMPORTS = 3
+GENERATOR = ("builders.pipeline", "tritonrepo.description")  # the generator and its reader
+MAX_GENERATOR_INNER_IMPORTS = 1  # plan_data's import of the build, kept off the plan builder
 
 
 def test_no_module_breaks_the_import_rule():
@@ -152,3 +159,22 @@ def test_pipelines_benchmarks_and_the_description_reader_have_their_rule():
     assert layers.layer("pipelines.breast_cancer.steps") == "pipelines"
     assert layers.layer("tritonrepo.description.stateful") == "description"
     assert layers.layer("tritonrepo.pipelines.session_step") == "stub: models"
+
+
+def test_import_circles_and_private_imports_stay_under_their_ceiling():
+    """``python -m tests.import_review``'s figures stay at or below the ceilings above, and the
+    generator (``builders/pipeline``, ``tritonrepo/description``) is in no import circle and
+    takes no other module's private names."""
+    review = import_review.review()
+    circles = review.circles(inner=True)
+    assert len(circles) <= MAX_CIRCLES, circles
+    assert len(review.circles()) <= len(circles)
+    assert len(review.private) <= MAX_PRIVATE_IMPORTS, review.private
+
+    def generator(module: str) -> bool:
+        return module.startswith(GENERATOR)
+
+    assert not [c for c in circles if any(generator(m) for m in c)]
+    assert not [p for p in review.private if generator(p[0]) or generator(p[1])]
+    inner = {m: n for m, n in review.inner_modules.items() if generator(m)}
+    assert sum(inner.values()) <= MAX_GENERATOR_INNER_IMPORTS, inner

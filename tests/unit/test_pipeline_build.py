@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 
 from builders.file_digest import sha256
-from builders.pipeline import build
+from builders.pipeline import build, build_record
 from tests.unit.pipeline_fixtures.workspace import PACKAGE, TOY_TOML
 from tritonrepo.description import import_ref, load
 
@@ -39,8 +39,8 @@ def test_build_writes_the_model_and_its_metadata_then_skips_when_unchanged(tmp_p
     metadata = json.loads((repo / "toy_model" / "1" / "build_metadata.json").read_text())
     assert metadata == record
     assert metadata["pipeline"] == "toy" and metadata["parity_rows"] == 8
-    assert metadata["parity_max_abs"]["scores"] < build.PARITY_ATOL
-    assert metadata["source_sha256"] == build.source_digest(pipeline)
+    assert metadata["parity_max_abs"]["scores"] < build_record.PARITY_ATOL
+    assert metadata["source_sha256"] == build_record.source_digest(pipeline)
     assert metadata["sha256"]["model.onnx"] == sha256(model_file)
     # The built graph computes what the toy says (scores = features @ W + b).
     samples = import_ref(pipeline.samples)()
@@ -61,7 +61,7 @@ def test_build_writes_the_model_and_its_metadata_then_skips_when_unchanged(tmp_p
 def test_a_graph_whose_rows_depend_on_each_other_fails_parity_and_leaves_nothing(tmp_path):
     pipeline = toy(tmp_path, build=f'"{PACKAGE}.model:build_batch_mixing"')
     repo = tmp_path / "repo"
-    with pytest.raises(build.ParityError, match="between batch 8 and batch 1"):
+    with pytest.raises(build_record.ParityError, match="between batch 8 and batch 1"):
         build.build(pipeline, repo)
     assert sorted(p.name for p in (repo / "toy_model" / "1").iterdir()) == []
 

@@ -15,11 +15,12 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from builders.pipeline import generate
-from builders.pipeline.checks_calls import check_calls
-from builders.pipeline.checks_core_state import prove_events
-from builders.pipeline.checks_samples import probe_json
-from builders.pipeline.render import step_config, step_view
-from builders.pipeline.render_core_state import graph_config, step_class_config
+from builders.pipeline.kinds.core_state import graph_config, step_class_config
+from builders.pipeline.kinds.core_state_proof import prove_events
+from builders.pipeline.kinds.model_calls import check_calls
+from builders.pipeline.kinds.sample_checks import probe_json
+from builders.pipeline.kinds.single_core import step_view
+from builders.pipeline.model_configs import CoreTensor, step_config
 from tests.unit.pipeline_fixtures.workspace import TOY_TOML
 from tritonrepo.description import DescriptionError, ModelCall, Tensor, load, parse
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES
@@ -203,8 +204,6 @@ def test_the_graph_config_serves_implicit_state_and_the_step_sets_the_step_class
 def test_a_pipeline_of_one_item_per_request_hands_the_core_all_rows():
     ranking = load(PIPELINES / "ctr_ranking" / "pipeline.toml")
     assert ranking.max_batch_size == 0
-    from builders.pipeline.render import CoreTensor
-
     (viewed,) = step_view(ranking, [CoreTensor("input_ids", "INT64", (64,))])
     assert viewed.dims == (-1, 64)
     config = text_format.Parse(

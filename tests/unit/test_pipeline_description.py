@@ -4,7 +4,8 @@
 The description is the toy pipeline of ``tests/unit/pipeline_fixtures`` (an ``onnx.helper``
 MatMul/Add/Identity graph, numpy steps, 8 samples), edited one field at a time. Structural
 problems come from ``tritonrepo.description.load``; those needing the graph, the
-functions or the repository from ``builders.pipeline.checks.check`` (through ``generate.plan``).
+functions or the repository from the kind's checks (``builders.pipeline.kinds``, through
+``generate.plan``).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ import pytest
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from builders.pipeline import checks_samples, generate
+from builders.pipeline import generate
+from builders.pipeline.kinds import sample_checks
 from tests.unit.pipeline_fixtures.toy import samples as toy_samples
 from tests.unit.pipeline_fixtures.workspace import OTHER_CONFIG, PACKAGE, Workspace
 from tritonrepo.description import load
@@ -398,7 +399,7 @@ def probe_of(text: str):
 
 def test_probe_json_is_a_valid_declaration_of_the_smallest_sample_row(ws: Workspace):
     samples = toy_samples.samples()
-    text = checks_samples.probe_json(ws.load(), samples)
+    text = sample_checks.probe_json(ws.load(), samples)
     probe = probe_of(text)
     row = toy_samples.SMALLEST_ROW
     assert set(probe.inputs) == {"X", "TAG"}
@@ -418,7 +419,7 @@ def test_probe_json_is_a_valid_declaration_of_the_smallest_sample_row(ws: Worksp
 
 def test_probe_json_sends_utf8_bytes_as_strings(ws: Workspace):
     samples = toy_samples.utf8_samples()
-    spec = json.loads(checks_samples.probe_json(ws.load(), samples))
+    spec = json.loads(sample_checks.probe_json(ws.load(), samples))
     tag = next(t for t in spec["inputs"] if t["name"] == "TAG")
     assert tag["data"] == ["é"]  # row 0: the smallest now
     probe = probe_of(json.dumps(spec))
@@ -432,7 +433,7 @@ def test_generated_ensemble_declares_the_probe(generated: Workspace):
     probe = declared_probe(as_json, "toy")
     assert probe is not None
     assert probe.inputs["TAG"].tolist() == [[toy_samples.BINARY_TAG]]
-    assert cfg.parameters["tritonrepo_probe"].string_value == checks_samples.probe_json(
+    assert cfg.parameters["tritonrepo_probe"].string_value == sample_checks.probe_json(
         generated.load(), toy_samples.samples()
     )
 

@@ -153,15 +153,15 @@ def test_a_description_that_asks_for_priorities_gets_them_on_its_core_only():
     """``priority_levels = 2`` in [model] gives the core model the two levels in every set, with
     each device's queue sizes; ``[model.cpu] priority_levels = 0`` keeps the CPU set plain; a
     step cannot ask for them."""
-    from builders.pipeline import render
+    from builders.pipeline.model_configs import CoreTensor, core_config
 
     pipeline = toy_pipeline(model_extra="priority_levels = 2\n[model.cpu]\npriority_levels = 0\n")
     core = pipeline.core
     assert core.deployments["default"].priority_levels == 2
     assert core.deployments["cpu"].priority_levels == 0
-    inputs = outputs = [render.CoreTensor("x", "FP32", (2,))]
+    inputs = outputs = [CoreTensor("x", "FP32", (2,))]
     for config_set, want in (("default", queue_policy.CORE_GPU), ("cpu", queue_policy.PLAIN)):
-        text = render.core_config(pipeline, inputs, outputs, config_set)
+        text = core_config(pipeline, core, inputs, outputs, config_set)
         batching = mc.ModelConfig()
         text_format.Parse(text, batching)
         assert not mismatches(batching.dynamic_batching, want), config_set

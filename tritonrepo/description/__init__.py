@@ -1,27 +1,23 @@
 """The reader of ``pipelines/<name>/pipeline.toml``: a pipeline described once.
 
 Generator-side code (the builders, the server and the tests read descriptions; no step that runs
-in Triton's stub imports it; ``tests/layers.py``). Its modules, by responsibility:
+in Triton's stub imports it; ``tests/layers.py``). The types are apart from the reading:
 
-* :mod:`~tritonrepo.description.schema`: what a description reads into (:class:`Pipeline`,
-  :class:`Tensor`, :class:`Deployment`, :class:`Step`, :class:`Core`), :class:`DescriptionError`
+* :mod:`~tritonrepo.description.schema`: what a description reads into, types only: the shared
+  tables (:class:`Tensor`, :class:`Deployment`, :class:`Step`, :class:`Core`), :class:`Header`
+  (the fields of every shape), :class:`Pipeline` (one core model, stateless or stateful),
+  :class:`GraphPipeline` (several), the stateful and optional tables, :class:`DescriptionError`
   and the constants (:data:`DTYPES`, :data:`CONFIG_SETS`, name patterns, defaults);
-* :mod:`~tritonrepo.description.reader`: typed fields and the shared tables (tensors, config
-  sets, ``[probe]``);
-* :mod:`~tritonrepo.description.model_tables`: the ``[preprocess]``/``[postprocess]`` steps and
-  the ``[model]`` core;
-* :mod:`~tritonrepo.description.stateful`: ``[sequence]`` and ``[session]``;
-* :mod:`~tritonrepo.description.core_state`: state in the core (``[[sequence.state]]``);
-* :mod:`~tritonrepo.description.graph`: several core models (``[models.<key>]``, ``[[step]]``);
-* :mod:`~tritonrepo.description.load`: :func:`parse`, :func:`load`, :func:`import_ref`,
+* :mod:`~tritonrepo.description.parse`: reading each table from the TOML, every problem
+  collected (:class:`~tritonrepo.description.parse.reader.Reader`);
+* :mod:`~tritonrepo.description.load`: :func:`load` (the file, either shape), :func:`import_ref`,
   :func:`discover`.
 
 The fields, their defaults and an example are in ``docs/models/add_your_own_model.md``.
 """
 
-from tritonrepo.description.core_state import ModelCall
-from tritonrepo.description.graph import GraphPipeline, GraphStep
-from tritonrepo.description.load import discover, import_ref, load, parse
+from tritonrepo.description.load import discover, import_ref, load
+from tritonrepo.description.parse.single_core import parse
 from tritonrepo.description.schema import (
     CONFIG_SETS,
     DEFAULT_MAX_BATCH_SIZE,
@@ -32,6 +28,10 @@ from tritonrepo.description.schema import (
     Core,
     Deployment,
     DescriptionError,
+    GraphPipeline,
+    GraphStep,
+    Header,
+    ModelCall,
     Pipeline,
     Step,
     Tensor,
@@ -49,6 +49,7 @@ __all__ = [
     "DescriptionError",
     "GraphPipeline",
     "GraphStep",
+    "Header",
     "ModelCall",
     "Pipeline",
     "Step",

@@ -10,8 +10,8 @@ dynamic batch crosses to one stub once and the three stages run back to back on 
 tensors, on the instance's GPU, as they do in one process.
 
 The stages are the pipeline's own models, not copies of their logic: ``stages.json`` in the
-version folder (written by the generator, :mod:`builders.pipeline.render_chained`) lists, in
-order, each stage's model name, its class (``module:Class``, a
+version folder (written by the generator, :mod:`builders.pipeline.serving_forms.chained_gpu`)
+lists, in order, each stage's model name, its class (``module:Class``, a
 :class:`~tritonrepo.step.python_step.PythonStep`: the step class, the function step, or the core's
 :class:`~tritonrepo.runners.torch_step.TorchProgramStep`), the version folder it loads from, the
 kind of instance it wants (``GPU`` stages run on this instance's GPU) and its model config for the

@@ -147,7 +147,7 @@ def call_batch(
             sizes[i] = _batch_size(item)
             groups.setdefault(_signature(item), []).append(i)
         except Exception as exc:
-            results[i] = _as_request_error(exc, name)
+            results[i] = as_request_error(exc, name)
     for members in groups.values():
         if len(members) > 1:
             joint = _joint(fn, [items[i] for i in members], [sizes[i] for i in members], outputs)
@@ -213,7 +213,7 @@ def _call_one(
     try:
         result = fn(dict(item))
     except (Exception, SystemExit) as exc:  # sys.exit() in a step ends only this request
-        return _as_request_error(exc, name)
+        return as_request_error(exc, name)
     try:
         return check_outputs(result, size, outputs, name)
     except OutputCheckError as exc:
@@ -222,7 +222,7 @@ def _call_one(
         return RuntimeError(f"internal error checking the results of {name}: {exc!r}")
 
 
-def _as_request_error(exc: BaseException, name: str) -> Exception:
+def as_request_error(exc: BaseException, name: str) -> Exception:
     """A ``ValueError`` is the request's fault (InvalidRequest); anything else is internal."""
     if isinstance(exc, InvalidRequest):
         return exc

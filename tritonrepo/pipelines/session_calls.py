@@ -25,7 +25,7 @@ import numpy as np
 
 from tritonrepo.pipelines.function_calls import (
     OutputSpec,
-    _as_request_error,
+    as_request_error,
     call_batch,
     check_outputs,
 )
@@ -112,7 +112,7 @@ class SessionEvents:
         try:
             result = self.step(state, dict(event.inputs))
         except Exception as exc:
-            raise _as_request_error(exc, self.step_ref) from exc
+            raise as_request_error(exc, self.step_ref) from exc
         if not isinstance(result, tuple) or len(result) != 2:
             raise RuntimeError(
                 f"{self.step_ref} returned a {type(result).__name__}; it must return the pair "

@@ -1,6 +1,6 @@
-"""Checks of what a description declares for the configs as it is, run by the generator with
-the others (:func:`builders.pipeline.checks.check`): the ``[probe]`` table and each config set's
-``ragged_inputs``.
+"""Checks of what a description declares for the configs as it is, run by the kinds with their
+other checks (:mod:`builders.pipeline.kinds`): the ``[probe]`` table (:func:`probe_table_json`)
+and each config set's ``ragged_inputs`` (:func:`check_ragged_inputs`).
 
 Each problem names the description's field and the fix, like the other checks.
 """
@@ -10,18 +10,17 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 
-from builders.pipeline.render import CoreTensor
-from tritonrepo.description import Pipeline, Tensor
+from builders.pipeline.kinds.sample_checks import PROBE_LIMIT_BYTES
+from builders.pipeline.model_configs import CoreTensor
+from tritonrepo.description import Header, Pipeline, Tensor
 from tritonrepo_client.control.probe_declaration import (
     PROBE_PARAMETER,
     InvalidProbe,
     declared_probe,
 )
 
-PROBE_LIMIT_BYTES = 64 * 1024  # the probe's JSON in the config, at most (checks_samples.py's limit)
 
-
-def probe_json(pipeline: Pipeline, problems: list[str]) -> str | None:
+def probe_table_json(pipeline: Header, problems: list[str]) -> str | None:
     """The ``[probe]`` table as the ``tritonrepo_probe`` parameter's JSON (None without one).
 
     Checked: the format (:func:`tritonrepo_client.control.probe_declaration.declared_probe`,
@@ -71,7 +70,7 @@ def probe_json(pipeline: Pipeline, problems: list[str]) -> str | None:
 
 
 def _check_shape(
-    where: str, shape: Sequence[int], tensor: Tensor, pipeline: Pipeline, problems: list[str]
+    where: str, shape: Sequence[int], tensor: Tensor, pipeline: Header, problems: list[str]
 ) -> None:
     """``shape`` against ``tensor``'s dims (-1 = any): ``[rows, *dims]`` with rows 1 to
     ``max_batch_size``, or ``dims`` alone when the pipeline does not batch

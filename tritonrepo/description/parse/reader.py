@@ -1,28 +1,34 @@
-"""Reading a description's TOML: :class:`_Reader` (typed fields, every problem collected) and
+"""Reading a description's TOML: :class:`Reader` (typed fields, every problem collected) and
 the readers of the tables every description shape shares: tensors (``[[input]]``,
-``[[output]]``, a step's ``outputs``), config sets (a model table's own fields and its ``cpu``
-/ ``torch_gpu`` sub-tables, :class:`~tritonrepo.description.schema.Deployment`) and
-``[probe]``."""
+``[[output]]``, a step's ``outputs``: :func:`read_tensors`), config sets (a model table's own
+fields and its ``cpu`` / ``torch_gpu`` sub-tables, each a
+:class:`~tritonrepo.description.schema.Deployment`: :func:`read_deployments`), ``[probe]``
+(:func:`read_probe`) and a ``module:function`` table such as ``[samples]``
+(:func:`read_function_table`)."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from tritonrepo.description.schema import DTYPES, Deployment, Tensor
+from tritonrepo.description.schema.tables import DTYPES, REF_PATTERN, Deployment, Tensor
 
 
-class _Reader:
+class Reader:
     """Reads typed fields from the parsed TOML, collecting every problem."""
 
     def __init__(self) -> None:
         self.problems: list[str] = []
 
     def problem(self, where: str, message: str) -> None:
+        """Record ``<where>: <message>`` (``where``: the field, dotted)."""
         self.problems.append(f"{where}: {message}")
 
     def get(self, table: Mapping[str, Any], key: str, where: str, kind: type, default: Any) -> Any:
+        """``table[key]`` when it is a ``kind``, else ``default`` (the problem recorded when
+        the key is there with another type; a bool is not an int)."""
         if key not in table:
             return default
         value = table[key]
@@ -46,6 +52,7 @@ class _Reader:
         return raw
 
     def unknown(self, table: Mapping[str, Any], known: Sequence[str], where: str) -> None:
+        """Record each key of ``table`` not in ``known``, with the closest known one."""
         known = list(dict.fromkeys(known))
         for key in table:
             if key not in known:
@@ -67,13 +74,11 @@ _KIND = {
 
 
 def _closest(key: str, known: Sequence[str]) -> str:
-    import difflib
-
     match = difflib.get_close_matches(key, known, n=1)
     return f" (did you mean '{match[0]}'?)" if match else ""
 
 
-def _tensor(r: _Reader, raw: Any, where: str) -> Tensor | None:
+def _tensor(r: Reader, raw: Any, where: str) -> Tensor | None:
     if not isinstance(raw, dict):
         r.problem(where, f"must be a table with name, dtype and dims, got {raw!r}")
         return None
@@ -106,7 +111,8 @@ def _tensor(r: _Reader, raw: Any, where: str) -> Tensor | None:
     )
 
 
-def _tensors(r: _Reader, raw: Any, where: str) -> tuple[Tensor, ...]:
+def read_tensors(r: Reader, raw: Any, where: str) -> tuple[Tensor, ...]:
+    """The tensor tables of ``raw`` (a list, or None: none), each checked, each name once."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -121,7 +127,7 @@ def _tensors(r: _Reader, raw: Any, where: str) -> tuple[Tensor, ...]:
     return tuple(tensors)
 
 
-_DEPLOYMENT_KEYS = (
+DEPLOYMENT_KEYS = (
     "instances",
     "max_queue_delay_us",
     "preferred_batch_sizes",
@@ -136,8 +142,8 @@ _DEPLOYMENT_KEYS = (
 PRIORITY_LEVELS = (0, 2)
 
 
-def _deployment(r: _Reader, raw: Mapping[str, Any], where: str, base: Deployment) -> Deployment:
-    r.unknown(raw, _DEPLOYMENT_KEYS, where)
+def _deployment(r: Reader, raw: Mapping[str, Any], where: str, base: Deployment) -> Deployment:
+    r.unknown(raw, DEPLOYMENT_KEYS, where)
     instances = r.get(raw, "instances", where, int, base.instances)
     delay = r.get(raw, "max_queue_delay_us", where, int, base.max_queue_delay_us)
     preferred = r.get(raw, "preferred_batch_sizes", where, list, list(base.preferred_batch_sizes))
@@ -175,13 +181,13 @@ def _deployment(r: _Reader, raw: Mapping[str, Any], where: str, base: Deployment
     )
 
 
-def _deployments(
-    r: _Reader, raw: Mapping[str, Any], where: str, defaults: Mapping[str, Deployment]
+def read_deployments(
+    r: Reader, raw: Mapping[str, Any], where: str, defaults: Mapping[str, Deployment]
 ) -> dict[str, Deployment]:
     """``default`` (config.pbtxt) from the table's own fields, ``cpu``/``torch_gpu`` from
     sub-tables over it (``defaults`` per set: ``torch_gpu`` only exists when the description has
     that table or a default for it)."""
-    own = {k: raw[k] for k in _DEPLOYMENT_KEYS if k in raw}
+    own = {k: raw[k] for k in DEPLOYMENT_KEYS if k in raw}
     default = _deployment(r, own, f"{where}", defaults["default"])
     out = {"default": default}
     for name in ("cpu", "torch_gpu"):
@@ -197,10 +203,11 @@ def _deployments(
     return out
 
 
-def _probe(r: _Reader, raw: Any) -> Mapping[str, Any] | None:
+def read_probe(r: Reader, raw: Any) -> Mapping[str, Any] | None:
     """The ``[probe]`` table: ``inputs`` (KServe v2 JSON input tensors) and optional
     ``outputs``; its format and its tensors are checked by the generator
-    (``builders.pipeline.declared``), which writes it as the ``tritonrepo_probe`` parameter."""
+    (``builders.pipeline.kinds.declared``), which writes it as the ``tritonrepo_probe``
+    parameter."""
     if not isinstance(raw, dict):
         r.problem("probe", "must be a table with inputs = [{ name, datatype, shape, data }]")
         return None
@@ -209,3 +216,19 @@ def _probe(r: _Reader, raw: Any) -> Mapping[str, Any] | None:
         r.problem("probe.inputs", "is missing or empty; give the request's tensors")
     r.get(raw, "outputs", "probe", list, [])
     return dict(raw)
+
+
+def read_function_table(r: Reader, data: Mapping[str, Any], key: str) -> str | None:
+    """The ``function = 'module:function'`` of table ``key`` (``[samples]``), or None when the
+    description has no such table."""
+    if key not in data:
+        return None
+    table = data[key]
+    if not isinstance(table, dict):
+        r.problem(key, "must be a table with function = 'module:function'")
+        return None
+    r.unknown(table, ("function",), key)
+    ref = r.get(table, "function", key, str, None)
+    if ref is not None and not REF_PATTERN.match(ref):
+        r.problem(f"{key}.function", f"{ref!r} is not 'package.module:function'")
+    return ref

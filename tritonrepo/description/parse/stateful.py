@@ -1,76 +1,35 @@
-"""The stateful part of a description: its ``[sequence]`` and ``[session]`` tables.
-
-A stateful pipeline is served by two models: the session model ``<name>`` (Python backend,
-``sequence_batching``: :class:`tritonrepo.pipelines.session_step.SessionStep`) and the core
-model. Each request is one event of a session (correlation ID); the session model keeps each
-session's state, runs the user's ``step(state, inputs) -> (state, outputs)`` on the event, calls
-the core model through BLS with ``outputs`` and turns the core's results into the response with
-the ``[postprocess]`` function, in the same model. ``docs/models/add_your_own_model.md``
-("A stateful pipeline") describes the fields; the limits checked here are Triton 2.51's.
+"""Reading the stateful tables of a description: ``[sequence]`` (:func:`parse_sequence`),
+``[session]`` (:func:`parse_session`, :func:`session_outputs`) and what a stateful description
+may not have (:func:`check_stateful_tables`). The types and the limits are
+:mod:`tritonrepo.description.schema.stateful`'s; state in the core is read by
+:mod:`tritonrepo.description.parse.core_state`.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-TENSOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-CORRELATION_IDS = ("string", "uint64")
-CONTROLS = ("start", "end", "ready", "corrid")
-DEFAULT_CONTROLS = {"start": "START", "end": "END", "ready": "READY", "corrid": ""}
-DEFAULT_MAX_SESSIONS = 10_000
-MAX_IDLE_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer is a session nobody closes
-# Triton keeps this many sequence slots per instance (Oldest strategy's max_candidate_sequences)
-# per session the store may hold, so that a new session past max_sessions reaches the model and
-# is refused with an error instead of waiting in Triton's backlog for a slot.
-CANDIDATE_SEQUENCES_PER_SESSION = 2
-# Fields of state in the core (tritonrepo.description.core_state), read there.
+from tritonrepo.description.parse.reader import Reader, read_tensors
+from tritonrepo.description.schema.stateful import (
+    CONTROLS,
+    CORRELATION_IDS,
+    DEFAULT_CONTROLS,
+    DEFAULT_MAX_SESSIONS,
+    MAX_IDLE_TIMEOUT_S,
+    TENSOR_NAME,
+    SequenceSpec,
+    SessionSpec,
+)
+from tritonrepo.description.schema.tables import REF_PATTERN, Tensor
+
+# Fields of state in the core (tritonrepo.description.parse.core_state), read there.
 CORE_STATE_SEQUENCE_KEYS = ("state", "max_candidate_sequences")
 CORE_STATE_SESSION_KEYS = ("step_class", "reference", "calls", "parameters", "torch_gpu")
 
 
-@dataclass(frozen=True)
-class SequenceSpec:
-    """The ``[sequence]`` table: Triton's ``sequence_batching`` and the store's bounds.
-
-    ``idle_timeout_s`` (s) becomes ``max_sequence_idle_microseconds``; ``controls`` maps
-    ``start``/``end``/``ready``/``corrid`` to the names of the ``control_input`` tensors (``""``:
-    not declared); ``correlation_id`` is the kind of ID the sessions use; ``max_sessions`` bounds
-    the sessions one instance holds (new ones are refused beyond it)."""
-
-    idle_timeout_s: float
-    correlation_id: str
-    max_sessions: int
-    controls: Mapping[str, str]
-    max_queue_delay_us: int = 0
-
-    @property
-    def idle_timeout_us(self) -> int:
-        """``max_sequence_idle_microseconds``."""
-        return round(self.idle_timeout_s * 1e6)
-
-    @property
-    def max_candidate_sequences(self) -> int:
-        """The Oldest strategy's slots per instance (:data:`CANDIDATE_SEQUENCES_PER_SESSION`)."""
-        return self.max_sessions * CANDIDATE_SEQUENCES_PER_SESSION
-
-
-@dataclass(frozen=True)
-class SessionSpec:
-    """The ``[session]`` table: the user's ``step`` (``module:function``), the session model's
-    name (default: the pipeline's), its instances (each holds its own sessions)."""
-
-    step: str
-    model: str
-    instances: int
-    doc: str = ""
-
-
-def parse_sequence(r: Any, raw: Any) -> SequenceSpec:
-    """The ``[sequence]`` table, problems reported to ``r`` (a
-    ``tritonrepo.description.reader._Reader``)."""
+def parse_sequence(r: Reader, raw: Any) -> SequenceSpec:
+    """The ``[sequence]`` table, problems reported to ``r``."""
     where = "sequence"
     if not isinstance(raw, dict):
         r.problem(where, "must be a table ([sequence] idle_timeout_s = ...)")
@@ -136,7 +95,7 @@ def parse_sequence(r: Any, raw: Any) -> SequenceSpec:
     return SequenceSpec(float(idle), kind, max_sessions, controls, delay)
 
 
-def parse_session(r: Any, raw: Any, name: str, ref_pattern: re.Pattern[str]) -> SessionSpec:
+def parse_session(r: Reader, raw: Any, name: str) -> SessionSpec:
     """The ``[session]`` table, problems reported to ``r``."""
     where = "session"
     if not isinstance(raw, dict):
@@ -150,7 +109,7 @@ def parse_session(r: Any, raw: Any, name: str, ref_pattern: re.Pattern[str]) -> 
     elif not step:
         r.problem(f"{where}.step", "is missing; give step = 'package.module:function', a "
                   "function step(state, inputs) -> (state, outputs)")  # fmt: skip
-    elif not ref_pattern.match(step):
+    elif not REF_PATTERN.match(step):
         r.problem(f"{where}.step", f"{step!r} is not 'package.module:function'")
     instances = r.get(raw, "instances", where, int, 1)
     if instances < 1:
@@ -159,7 +118,7 @@ def parse_session(r: Any, raw: Any, name: str, ref_pattern: re.Pattern[str]) -> 
                        r.get(raw, "doc", where, str, ""))  # fmt: skip
 
 
-def check_stateful_tables(r: Any, data: Mapping[str, Any], sequence: SequenceSpec,
+def check_stateful_tables(r: Reader, data: Mapping[str, Any], sequence: SequenceSpec,
                           input_names: list[str]) -> None:  # fmt: skip
     """What a stateful description may not have, and control names clashing with inputs."""
     if "preprocess" in data:
@@ -186,6 +145,6 @@ def check_stateful_tables(r: Any, data: Mapping[str, Any], sequence: SequenceSpe
                       "one of them")  # fmt: skip
 
 
-def session_outputs(raw: Any, tensors: Callable[..., Any], r: Any) -> Any:
-    """The ``[[session.outputs]]`` tensors (for postprocess), through ``tensors``."""
-    return tensors(r, raw.get("outputs") if isinstance(raw, dict) else None, "session.outputs")
+def session_outputs(r: Reader, raw: Any) -> tuple[Tensor, ...]:
+    """The ``[[session.outputs]]`` tensors (for postprocess) of the ``[session]`` table."""
+    return read_tensors(r, raw.get("outputs") if isinstance(raw, dict) else None, "session.outputs")

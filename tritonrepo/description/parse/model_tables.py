@@ -9,13 +9,19 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from tritonrepo.description.reader import (
-    _DEPLOYMENT_KEYS,
-    _deployments,
-    _Reader,
-    _tensors,
+from tritonrepo.description.parse.reader import (
+    DEPLOYMENT_KEYS,
+    Reader,
+    read_deployments,
+    read_tensors,
 )
-from tritonrepo.description.schema import NAME_PATTERN, REF_PATTERN, Core, Deployment, Step
+from tritonrepo.description.schema.tables import (
+    NAME_PATTERN,
+    REF_PATTERN,
+    Core,
+    Deployment,
+    Step,
+)
 
 _STEP_KEYS = (
     "model",
@@ -26,11 +32,11 @@ _STEP_KEYS = (
     "doc",
     "cpu",
     "torch_gpu",
-    *_DEPLOYMENT_KEYS,
+    *DEPLOYMENT_KEYS,
 )
 
 
-def _calls(r: _Reader, raw: Mapping[str, Any], where: str, step: str | None) -> tuple[str, ...]:
+def _calls(r: Reader, raw: Mapping[str, Any], where: str, step: str | None) -> tuple[str, ...]:
     """The ``calls`` list of a step table: model names, each once. What they must exist in is
     checked by the generator (it knows the repository)."""
     calls = r.get(raw, "calls", where, list, [])
@@ -57,7 +63,10 @@ def _calls(r: _Reader, raw: Mapping[str, Any], where: str, step: str | None) -> 
 STEP_DEFAULT = Deployment(instances=1, max_queue_delay_us=0)
 
 
-def _step(r: _Reader, raw: Any, where: str, default_model: str, extra_outputs: bool) -> Step:
+def read_step(r: Reader, raw: Any, where: str, default_model: str, extra_outputs: bool) -> Step:
+    """A step table (``[preprocess]``, ``[postprocess]``, a ``[[step]]``): its model (default
+    ``default_model``), function or step class, ``outputs`` (when ``extra_outputs``), ``calls``
+    and config sets."""
     if not isinstance(raw, dict):
         r.problem(where, f"is missing; add a [{where}] table with function = 'module:function'")
         raw = {}
@@ -76,7 +85,7 @@ def _step(r: _Reader, raw: Any, where: str, default_model: str, extra_outputs: b
     docs = r.get(raw, "doc", where, str, "")
     defaults = {"default": replace(STEP_DEFAULT, doc=docs)}
     calls = _calls(r, raw, where, step)
-    deployments = _deployments(r, raw, where, defaults)
+    deployments = read_deployments(r, raw, where, defaults)
     if any(d.priority_levels for d in deployments.values()):
         r.problem(
             f"{where}.priority_levels",
@@ -87,7 +96,7 @@ def _step(r: _Reader, raw: Any, where: str, default_model: str, extra_outputs: b
         model=r.get(raw, "model", where, str, default_model),
         function=function,
         step=step,
-        outputs=_tensors(r, raw.get("outputs"), f"{where}.outputs"),
+        outputs=read_tensors(r, raw.get("outputs"), f"{where}.outputs"),
         deployments=deployments,
         doc=docs,
         calls=calls,
@@ -108,7 +117,7 @@ _CORE_KEYS = (
     "doc",
     "cpu",
     "torch_gpu",
-    *_DEPLOYMENT_KEYS,
+    *DEPLOYMENT_KEYS,
 )
 
 
@@ -124,7 +133,9 @@ def core_defaults(max_batch_size: int, doc: str) -> dict[str, Deployment]:
     }
 
 
-def _core(r: _Reader, raw: Any, name: str, max_batch_size: int) -> Core:
+def read_core(r: Reader, raw: Any, name: str, max_batch_size: int) -> Core:
+    """The ``[model]`` table (or a ``[models.<key>]`` one, its problems named ``model...``):
+    its source, versions, config sets over :func:`core_defaults`, fixed dims, declared I/O."""
     where = "model"
     if not isinstance(raw, dict):
         r.problem(
@@ -171,10 +182,10 @@ def _core(r: _Reader, raw: Any, name: str, max_batch_size: int) -> Core:
         builder=sources["builder"],
         versions=tuple(v for v in versions if isinstance(v, int)),
         int8=r.get(raw, "int8", where, bool, False),
-        deployments=_deployments(r, raw, where, core_defaults(max_batch_size, doc)),
+        deployments=read_deployments(r, raw, where, core_defaults(max_batch_size, doc)),
         fixed_dims={k: tuple(v) for k, v in fixed.items() if isinstance(v, list)},
         same_shape_batches=r.get(raw, "same_shape_batches", where, bool, False),
         doc=doc,
-        inputs=_tensors(r, raw.get("input"), f"{where}.input"),
-        outputs=_tensors(r, raw.get("output"), f"{where}.output"),
+        inputs=read_tensors(r, raw.get("input"), f"{where}.input"),
+        outputs=read_tensors(r, raw.get("output"), f"{where}.output"),
     )

@@ -1,5 +1,6 @@
-"""The generator's checks of a pipeline with state in the core (:func:`check_core_state`), and
-the proof of its stateful graph event by event in ONNX Runtime (:func:`prove_events`).
+"""The proof of a stateful core graph (state in the core), event by event in ONNX Runtime
+(:func:`prove_events`), and the check of the built graph's I/O against the configs
+(:func:`prove_built_graph`), run by :mod:`builders.pipeline.kinds.core_state`.
 
 Triton's implicit state feeds each state ``output`` of a session's request back as the state
 ``input`` of its next request, starting from the initial state (zeros) at START. The proof does
@@ -20,17 +21,10 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from builders.pipeline.checks import Checked, _check_clashes, _import
-from builders.pipeline.checks_calls import check_calls
-from builders.pipeline.checks_samples import (
-    PROBE_LIMIT_BYTES,
-    _where,
-    probe_json,
-    quiet_session_options,
-)
-from builders.pipeline.checks_stateful import _sessions
 from builders.pipeline.graph import ModelSourceError, graph_io
-from tritonrepo.description import DTYPES, DescriptionError, Pipeline, Tensor
+from builders.pipeline.kinds.base import raised_at
+from builders.pipeline.kinds.sample_checks import quiet_session_options
+from tritonrepo.description import DTYPES, Pipeline, Tensor
 
 ATOL = 1e-5  # FP32 ONNX Runtime vs the reference's own FP32 run of the same network
 RTOL = 1e-5
@@ -67,7 +61,7 @@ def expected_io(pipeline: Pipeline) -> tuple[list[Tensor], list[Tensor]]:
     return inputs, outputs
 
 
-def _check_graph_io(pipeline: Pipeline, model: Any, problems: list[str]) -> None:
+def check_graph_io(pipeline: Pipeline, model: Any, problems: list[str]) -> None:
     """The graph's I/O against :func:`expected_io` (names, dtypes, fixed dims; a pipeline that
     batches has a batch dim first). Controls the graph does not take are not required of it,
     but Triton binds every configured control to an engine input, so each is reported."""
@@ -141,7 +135,7 @@ def prove_events(
                 out = dict(zip(names, runner.run(None, feed), strict=True))
                 want = reference([dict(e) for e in history])
             except Exception as exc:
-                problems.append(f"model: session {i} event {j} failed{_where(exc)}: {exc!r}")
+                problems.append(f"model: session {i} event {j} failed{raised_at(exc)}: {exc!r}")
                 return Proof(len(sessions), events_run, worst)
             state = {s.input: out[s.output] for s in states}
             events_run += 1
@@ -177,49 +171,11 @@ def prove_events(
     return Proof(len(sessions), events_run, worst)
 
 
-def check_core_state(pipeline: Pipeline, repository: Path, owned: set[str],
-                     force: bool) -> Checked:  # fmt: skip
-    """:func:`builders.pipeline.checks.check` for a pipeline with state in the core.
-
-    Raises:
-        DescriptionError: every problem found, nothing written.
-    """
-    core_state = pipeline.core_state
-    assert core_state is not None
-    problems: list[str] = []
-    _check_clashes(pipeline, repository, owned, force, problems)
-    step_class = _import(core_state.step_class, "session.step_class", problems)
-    if step_class is not None and not isinstance(step_class, type):
-        problems.append(f"session.step_class: {core_state.step_class} is not a class; give a "
-                        "PythonStep subclass")  # fmt: skip
-    reference = _import(core_state.reference, "session.reference", problems)
-    make_samples = _import(pipeline.samples, "samples.function", problems)
-    check_calls(core_state.calls, "session.calls", repository, problems)
-    for kind, declared, own in (("input", pipeline.core.inputs, pipeline.inputs),
-                                ("output", pipeline.core.outputs, pipeline.outputs)):  # fmt: skip
-        if [(t.name, t.dtype, t.dims) for t in declared] != [
-            (t.name, t.dtype, t.dims) for t in own
-        ]:
-            problems.append(f"model.{kind}: with state in the core, the graph's {kind}s are the "
-                            f"pipeline's [[{kind}]] tables; declare the same")  # fmt: skip
-    probe = None
-    if make_samples is not None and not problems:
-        sessions = _sessions(pipeline, make_samples, problems)
-        if sessions is not None:
-            probe = probe_json(pipeline, sessions[0])
-            if len(probe) > PROBE_LIMIT_BYTES:
-                problems.append(f"samples.function: the smallest event of session 0 is "
-                                f"{len(probe)} bytes as JSON, over {PROBE_LIMIT_BYTES} for the "
-                                "health probe in the config; add a smaller one")  # fmt: skip
-            _prove(pipeline, repository, sessions, reference, problems)
-    if problems:
-        raise DescriptionError(pipeline.source, problems)
-    return Checked((), (), probe, None)
-
-
-def _prove(pipeline: Pipeline, repository: Path, sessions: list, reference: Any,
-           problems: list[str]) -> Proof | None:  # fmt: skip
-    """Load the built stateful graph, check its I/O and prove it (:func:`prove_events`)."""
+def prove_built_graph(pipeline: Pipeline, repository: Path, sessions: list, reference: Any,
+                      problems: list[str]) -> Proof | None:  # fmt: skip
+    """Load the built stateful graph (:func:`graph_path`), check its I/O
+    (:func:`check_graph_io`) and prove it on ``sessions`` against ``reference``
+    (:func:`prove_events`); None when it is not built or cannot be read, or after a problem."""
     import onnx
 
     path = graph_path(pipeline, repository)
@@ -231,7 +187,7 @@ def _prove(pipeline: Pipeline, repository: Path, sessions: list, reference: Any,
         return None
     try:
         model = onnx.load(str(path))
-        _check_graph_io(pipeline, model, problems)
+        check_graph_io(pipeline, model, problems)
     except (ModelSourceError, OSError, ValueError, DecodeError) as exc:
         problems.append(f"model.builder: {path} cannot be read: {exc!r}")
         return None

@@ -1,7 +1,9 @@
-"""A pipeline of several core models: named ``[models.<key>]`` tables and a ``[[step]]`` list.
+"""Reading a pipeline of several core models: named ``[models.<key>]`` tables and a ``[[step]]``
+list (:func:`parse_graph`).
 
-A description with either of those reads into :class:`GraphPipeline` instead of the
-single-core :class:`~tritonrepo.description.schema.Pipeline` (a file with ``[preprocess]``,
+A description with either of those reads into
+:class:`~tritonrepo.description.schema.GraphPipeline` instead of the single-core
+:class:`~tritonrepo.description.schema.Pipeline` (a file with ``[preprocess]``,
 ``[model]`` and ``[postprocess]`` keeps that shape). The steps become one ensemble; each
 takes tensors by name, the request's or those of steps listed before it (Triton starts a step
 when its tensors are there, so independent steps run at the same time)::
@@ -31,112 +33,33 @@ tensor not listed keeps its own name); a Python step's ``calls`` lists ``[models
 and its function is then called ``function(inputs, models)``, ``models[key](tensors) ->
 tensors`` (:mod:`tritonrepo.pipelines.step_calls`). A model that no step runs must be called by
 one. The wiring against the graphs (names, dtypes, dims) is checked by the generator
-(``builders.pipeline.checks_graph``), which also runs the whole chain on the samples.
+(``builders.pipeline.kinds.graph``), which also runs the whole chain on the samples.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tritonrepo.description.model_tables import _core, _step
-from tritonrepo.description.reader import _probe, _Reader, _tensors
-from tritonrepo.description.schema import (
+from tritonrepo.description.parse.model_tables import read_core, read_step
+from tritonrepo.description.parse.reader import (
+    Reader,
+    read_function_table,
+    read_probe,
+    read_tensors,
+)
+from tritonrepo.description.schema.graph import GraphPipeline, GraphStep
+from tritonrepo.description.schema.tables import (
     DEFAULT_MAX_BATCH_SIZE,
     NAME_PATTERN,
-    REF_PATTERN,
     Core,
     DescriptionError,
-    Pipeline,
     Step,
-    Tensor,
 )
 
 GRAPH_KEYS = ("models", "step")  # a description with either is a graph description
-
-
-@dataclass(frozen=True)
-class GraphStep:
-    """One step of the ensemble, in order: a Python step (``python`` set, ``inputs`` the
-    pipeline tensors it takes) or a core step (``core`` the ``[models.<key>]`` key;
-    ``input_map``/``output_map``: graph tensor name -> pipeline tensor name, only the renamed
-    ones)."""
-
-    index: int
-    python: Step | None = None
-    inputs: tuple[str, ...] = ()
-    core: str | None = None
-    input_map: Mapping[str, str] | None = None
-    output_map: Mapping[str, str] | None = None
-
-    @property
-    def where(self) -> str:
-        """The step's field in messages: ``step[i]``."""
-        return f"step[{self.index}]"
-
-
-@dataclass(frozen=True)
-class GraphPipeline:
-    """A whole graph description (:func:`parse_graph`); ``cores``: key -> core model."""
-
-    name: str
-    summary: str
-    doc: str
-    max_batch_size: int
-    inputs: tuple[Tensor, ...]
-    outputs: tuple[Tensor, ...]
-    cores: Mapping[str, Core]
-    steps: tuple[GraphStep, ...]
-    samples: str | None
-    probe: Mapping[str, Any] | None  # [probe]: the declared health probe (KServe v2 JSON)
-    tests: bool
-    source: Path
-    stateful: bool = False
-    sequence: None = None
-    session: None = None
-
-    @property
-    def folder(self) -> Path:
-        """The folder of the description (its code lives there too)."""
-        return self.source.parent
-
-    @property
-    def python_steps(self) -> tuple[GraphStep, ...]:
-        """The Python steps, in order."""
-        return tuple(s for s in self.steps if s.python is not None)
-
-    @property
-    def models(self) -> tuple[str, ...]:
-        """The model names: the ensemble, then each step's and core's model."""
-        steps = tuple(s.python.model for s in self.python_steps if s.python is not None)
-        return (self.name, *steps, *(c.model for c in self.cores.values()))
-
-    @property
-    def model_fields(self) -> tuple[str, ...]:
-        """The description's field naming each of :attr:`models`."""
-        steps = tuple(f"{s.where}.model" for s in self.python_steps)
-        return ("name", *steps, *(f"models.{key}.model" for key in self.cores))
-
-    def core_view(self, key: str) -> Pipeline:
-        """A single-core :class:`~tritonrepo.description.schema.Pipeline` around core
-        ``key`` (no steps), for the code that handles one core (model source, configs)."""
-        empty = Step("", None, None, (), {})
-        return Pipeline(
-            self.name,
-            self.summary,
-            self.doc,
-            self.max_batch_size,
-            self.inputs,
-            self.outputs,
-            empty,
-            self.cores[key],
-            empty,
-            self.samples,
-            False,
-            self.source,
-        )
 
 
 def is_graph(data: Mapping[str, Any]) -> bool:
@@ -160,21 +83,7 @@ _TOP_KEYS = (
 )
 
 
-def _ref_table(r: _Reader, data: Mapping[str, Any], key: str) -> str | None:
-    if key not in data:
-        return None
-    table = data[key]
-    if not isinstance(table, dict):
-        r.problem(key, "must be a table with function = 'module:function'")
-        return None
-    r.unknown(table, ("function",), key)
-    ref = r.get(table, "function", key, str, None)
-    if ref is not None and not REF_PATTERN.match(ref):
-        r.problem(f"{key}.function", f"{ref!r} is not 'package.module:function'")
-    return ref
-
-
-def _cores(r: _Reader, raw: Any, name: str, max_batch: int) -> dict[str, Core]:
+def _cores(r: Reader, raw: Any, name: str, max_batch: int) -> dict[str, Core]:
     if not isinstance(raw, dict) or not raw:
         r.problem("models", "add one [models.<key>] table per core model (like [model])")
         return {}
@@ -182,15 +91,15 @@ def _cores(r: _Reader, raw: Any, name: str, max_batch: int) -> dict[str, Core]:
     for key, table in raw.items():
         if not NAME_PATTERN.match(key):
             r.problem(f"models.{key}", "the key must be lower-case letters, digits and _")
-        sub = _Reader()
-        core = _core(sub, table, name, max_batch)
+        sub = Reader()
+        core = read_core(sub, table, name, max_batch)
         r.problems += [f"models.{key}{p[len('model') :]}" for p in sub.problems]
         model = table.get("model") if isinstance(table, dict) else None
         cores[key] = core if isinstance(model, str) else replace(core, model=f"{name}_{key}")
     return cores
 
 
-def _names(r: _Reader, raw: Any, where: str) -> tuple[str, ...]:
+def _names(r: Reader, raw: Any, where: str) -> tuple[str, ...]:
     if not isinstance(raw, list) or not raw or not all(isinstance(n, str) for n in raw):
         r.problem(where, f"{raw!r}: give a non-empty list of tensor names")
         return ()
@@ -199,7 +108,7 @@ def _names(r: _Reader, raw: Any, where: str) -> tuple[str, ...]:
     return tuple(raw)
 
 
-def _map(r: _Reader, raw: Any, where: str) -> dict[str, str]:
+def _map(r: Reader, raw: Any, where: str) -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
@@ -209,12 +118,12 @@ def _map(r: _Reader, raw: Any, where: str) -> dict[str, str]:
 
 
 def _python_step(
-    r: _Reader, raw: dict, where: str, name: str, cores: Mapping[str, Core]
+    r: Reader, raw: dict, where: str, name: str, cores: Mapping[str, Core]
 ) -> tuple[Step, tuple[str, ...]]:
     ref = raw.get("function") or raw.get("step") or ""
     attribute = str(ref).rpartition(":")[2].lower()
     own = {k: v for k, v in raw.items() if k not in ("inputs", "calls")}
-    step = _step(r, own, where, f"{name}_{attribute}", True)
+    step = read_step(r, own, where, f"{name}_{attribute}", True)
     calls = raw.get("calls", [])
     if not isinstance(calls, list) or not all(isinstance(c, str) for c in calls):
         r.problem(f"{where}.calls", f"{calls!r}: give a list of [models.<key>] keys")
@@ -234,7 +143,7 @@ def _python_step(
     return replace(step, calls=tuple(dict.fromkeys(calls))), inputs
 
 
-def _steps(r: _Reader, raw: Any, name: str, cores: Mapping[str, Core]) -> list[GraphStep]:
+def _steps(r: Reader, raw: Any, name: str, cores: Mapping[str, Core]) -> list[GraphStep]:
     if not isinstance(raw, list) or not raw:
         r.problem("step", "add [[step]] tables, in the order they run")
         return []
@@ -272,7 +181,7 @@ def parse_graph(data: Mapping[str, Any], source: Path) -> GraphPipeline:
     Raises:
         DescriptionError: every structural problem, each naming its field and the fix.
     """
-    r = _Reader()
+    r = Reader()
     r.unknown(data, _TOP_KEYS, "")
     if r.get(data, "one_step_gpu", "", bool, False):
         r.problem("one_step_gpu", "a description of several models is served as its own graph "
@@ -290,12 +199,12 @@ def parse_graph(data: Mapping[str, Any], source: Path) -> GraphPipeline:
         summary=r.get(data, "summary", "", str, ""),
         doc=r.get(data, "doc", "", str, ""),
         max_batch_size=max_batch,
-        inputs=_tensors(r, data.get("input"), "input"),
-        outputs=_tensors(r, data.get("output"), "output"),
+        inputs=read_tensors(r, data.get("input"), "input"),
+        outputs=read_tensors(r, data.get("output"), "output"),
         cores=cores,
         steps=tuple(steps),
-        samples=_ref_table(r, data, "samples"),
-        probe=_probe(r, data["probe"]) if "probe" in data else None,
+        samples=read_function_table(r, data, "samples"),
+        probe=read_probe(r, data["probe"]) if "probe" in data else None,
         tests=r.get(data, "tests", "", bool, True),
         source=source,
     )

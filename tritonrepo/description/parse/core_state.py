@@ -1,79 +1,34 @@
-"""State in the core: a stateful pipeline whose core graph keeps the session's state itself.
-
-A description with ``[[sequence.state]]`` tables serves one model under the session's name in
-two ways:
-
-* ``config.pbtxt`` (TensorRT): the core graph (``[model]``, built by its ``builder``) with
-  Triton's implicit state, ``sequence_batching { state [...] }``: Triton feeds each
-  ``[[sequence.state]]`` ``input`` from the ``output`` of the session's previous request,
-  starting from the ``initial`` state (zeros) at START, and frees it at END or idle timeout.
-  The graph takes the request's inputs, every state ``input`` and the ``[sequence.controls]``
-  (INT32 ``[1]`` each), and returns the response's outputs and every state ``output``.
-* ``configs/cpu.pbtxt`` and ``configs/torch_gpu.pbtxt`` (the Python backend has no implicit
-  state): ``[session] step_class``, a ``PythonStep`` subclass of this repository that keeps
-  the state per correlation ID itself and may call other models through BLS
-  (``[session] calls``).
+"""Reading state in the core: a stateful description with ``[[sequence.state]]`` tables
+(:func:`parse_core_state`), whose core graph keeps the session's state itself. The types and
+what the two ways of serving it are: :mod:`tritonrepo.description.schema.stateful`.
 
 The generator proves the graph event by event in ONNX Runtime against ``[session] reference``
-(:mod:`builders.pipeline.checks_core_state`). Fields: ``docs/models/add_your_own_model.md``
+(:mod:`builders.pipeline.kinds.core_state_proof`). Fields: ``docs/models/add_your_own_model.md``
 ("State in the core").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
-INITIAL_STATES = ("zeros",)
+from tritonrepo.description.parse.reader import Reader, read_deployments, read_tensors
+from tritonrepo.description.schema.stateful import (
+    INITIAL_STATES,
+    CoreState,
+    ModelCall,
+    StateTensor,
+)
+from tritonrepo.description.schema.tables import (
+    DTYPES,
+    NAME_PATTERN,
+    REF_PATTERN,
+    Deployment,
+)
 
 
-@dataclass(frozen=True)
-class StateTensor:
-    """One ``[[sequence.state]]``: the graph's state ``input`` and ``output`` tensors (Triton's
-    ``input_name``/``output_name``), their Triton ``dtype`` and ``dims`` (without a batch dim),
-    the ``initial`` state at START (``zeros``) and that initial state's ``initial_name``."""
-
-    input: str
-    output: str
-    dtype: str
-    dims: tuple[int, ...]
-    initial: str = "zeros"
-    initial_name: str = "initial_state"
-
-
-@dataclass(frozen=True)
-class ModelCall:
-    """A model a step calls through BLS (``[session] calls``): its name and, when declared,
-    the tensors the step sends (``input``) and reads (``output``), checked by the generator
-    against the called model's config or description."""
-
-    model: str
-    inputs: tuple[Any, ...] = ()  # schema.Tensor
-    outputs: tuple[Any, ...] = ()
-
-
-@dataclass(frozen=True)
-class CoreState:
-    """What a description with ``[[sequence.state]]`` adds (module docstring).
-
-    ``step_class``: the session step of the cpu/torch_gpu sets (``module:Class``); ``calls``:
-    the models it calls; ``reference``: ``module:function`` giving the stateless answer to the
-    last of a session's events (a list of request dicts); ``deployments``: the session step's
-    ``cpu``/``torch_gpu`` sets (instances, parameters, doc); ``max_candidate_sequences``:
-    the Oldest strategy's slots per instance (None: ``max_sessions`` x 2)."""
-
-    states: tuple[StateTensor, ...]
-    step_class: str
-    calls: tuple[ModelCall, ...]
-    reference: str | None
-    deployments: Mapping[str, Any] = field(default_factory=dict)  # schema.Deployment
-    max_candidate_sequences: int | None = None
-
-
-def parse_states(r: Any, raw: Any, dtypes: Mapping[str, str]) -> tuple[StateTensor, ...]:
-    """The ``[[sequence.state]]`` tables, problems reported to ``r`` (a
-    ``tritonrepo.description.reader._Reader``)."""
+def parse_states(r: Reader, raw: Any) -> tuple[StateTensor, ...]:
+    """The ``[[sequence.state]]`` tables, problems reported to ``r``."""
     if not isinstance(raw, list) or not raw:
         r.problem("sequence.state", "must be a list of tables ([[sequence.state]])")
         return ()
@@ -96,7 +51,7 @@ def parse_states(r: Any, raw: Any, dtypes: Mapping[str, str]) -> tuple[StateTens
                 r.problem(f"{where}.{key}", f"'{name}' is already a state tensor; give each once")
             seen.add(name)
         dtype = r.get(table, "dtype", where, str, "")
-        if dtype not in dtypes or dtype == "BYTES":
+        if dtype not in DTYPES or dtype == "BYTES":
             r.problem(f"{where}.dtype", f"{dtype!r}: give a numeric Triton data type")
         dims = r.get(table, "dims", where, list, [])
         if not dims or any(not isinstance(d, int) or isinstance(d, bool) or d < 1 for d in dims):
@@ -110,8 +65,7 @@ def parse_states(r: Any, raw: Any, dtypes: Mapping[str, str]) -> tuple[StateTens
     return tuple(states)
 
 
-def parse_calls(r: Any, raw: Any, where: str, tensors: Callable[..., Any],
-                name_pattern: Any) -> tuple[ModelCall, ...]:  # fmt: skip
+def parse_calls(r: Reader, raw: Any, where: str) -> tuple[ModelCall, ...]:
     """``calls``: model names, or tables ``{ model, input, output }`` declaring the tensors."""
     if not isinstance(raw, list):
         r.problem(where, "must be a list of model names or { model, input, output } tables")
@@ -125,22 +79,18 @@ def parse_calls(r: Any, raw: Any, where: str, tensors: Callable[..., Any],
             continue
         r.unknown(table, ("model", "input", "output"), at)
         model = r.get(table, "model", at, str, "")
-        if not name_pattern.match(model):
+        if not NAME_PATTERN.match(model):
             r.problem(f"{at}.model", f"{model!r} is not a model name (lower-case, digits, _)")
         elif model in (c.model for c in calls):
             r.problem(at, f"'{model}' is listed twice; give each model once")
-        calls.append(ModelCall(model, tensors(r, table.get("input"), f"{at}.input"),
-                               tensors(r, table.get("output"), f"{at}.output")))  # fmt: skip
+        calls.append(ModelCall(model, read_tensors(r, table.get("input"), f"{at}.input"),
+                               read_tensors(r, table.get("output"), f"{at}.output")))  # fmt: skip
     return tuple(calls)
 
 
-def parse_core_state(
-    r: Any, data: Mapping[str, Any], dtypes: Mapping[str, str], tensors: Callable[..., Any],
-    deployments: Callable[..., Any], name_pattern: Any, ref_pattern: Any,
-) -> CoreState | None:  # fmt: skip
+def parse_core_state(r: Reader, data: Mapping[str, Any]) -> CoreState | None:
     """The core-state part of a stateful description, or None when it has no
-    ``[[sequence.state]]`` (state in a step). ``tensors``/``deployments`` are the description's
-    readers (passed in: this module does not import the reader)."""
+    ``[[sequence.state]]`` (state in a step)."""
     sequence = data.get("sequence")
     session = data.get("session")
     if not isinstance(sequence, dict) or "state" not in sequence:
@@ -150,31 +100,29 @@ def parse_core_state(
                     r.problem(f"session.{key}", "belongs to state in the core: add "
                               "[[sequence.state]] tables, or drop it")  # fmt: skip
         return None
-    states = parse_states(r, sequence["state"], dtypes)
+    states = parse_states(r, sequence["state"])
     session = session if isinstance(session, dict) else {}
     step_class = r.get(session, "step_class", "session", str, "")
     if not step_class:
         r.problem("session.step_class", "is missing; state in the core serves the cpu and "
                   "torch_gpu sets with a PythonStep class that keeps the state: give "
                   "step_class = 'package.module:Class'")  # fmt: skip
-    elif not ref_pattern.match(step_class):
+    elif not REF_PATTERN.match(step_class):
         r.problem("session.step_class", f"{step_class!r} is not 'package.module:Class'")
     if "step" in session:
         r.problem("session.step", "state in the core runs session.step_class; drop step")
     reference = r.get(session, "reference", "session", str, None)
-    if reference is not None and not ref_pattern.match(reference):
+    if reference is not None and not REF_PATTERN.match(reference):
         r.problem("session.reference", f"{reference!r} is not 'package.module:function'")
     if reference is None:
         r.problem("session.reference", "is missing; give reference = 'module:function', the "
                   "stateless answer to a session's last event (it proves the core graph event "
                   "by event)")  # fmt: skip
-    calls = parse_calls(r, session.get("calls", []), "session.calls", tensors, name_pattern)
-    from tritonrepo.description.schema import Deployment
-
+    calls = parse_calls(r, session.get("calls", []), "session.calls")
     own = {k: session[k] for k in ("instances", "parameters", "doc") if k in session}
     if "torch_gpu" in session:
         own["torch_gpu"] = session["torch_gpu"]
-    sets = deployments(r, own, "session", {"default": Deployment()})
+    sets = read_deployments(r, own, "session", {"default": Deployment()})
     cpu = sets.pop("default")  # the session's own fields: configs/cpu.pbtxt
     sets = {"cpu": cpu, "torch_gpu": sets.get("torch_gpu", cpu)}
     candidates = r.get(sequence, "max_candidate_sequences", "sequence", int, None)

@@ -1,6 +1,7 @@
-"""The generator's check of the models a step calls through BLS (``[session] calls``): each must
-be declared by a description (its core model, ``pipelines/*/pipeline.toml``) or be in the model
-repository, and the tensors the call declares must fit that model's inputs and outputs."""
+"""The check of the models a session step class calls through BLS (``[session] calls``, state in
+the core): each must be declared by a description (its core model, ``pipelines/*/pipeline.toml``)
+or be in the model repository, and the tensors the call declares must fit that model's inputs
+and outputs (:meth:`tritonrepo.description.Tensor.fits`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from tritonrepo.description import DescriptionError, ModelCall, Pipeline, Tensor, discover, load
 from tritonrepo.paths import PIPELINES
+from tritonrepo_client.model_repository.configs import load_config
 
 
 def _described(model: str, pipelines: Path) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], str]:
@@ -29,8 +31,6 @@ def _configured(model: str, repository: Path) -> tuple[tuple[Tensor, ...], tuple
     """The I/O of ``model``'s ``config.pbtxt`` in ``repository`` (empty when it has none)."""
     from tritonclient.grpc import model_config_pb2 as mc
 
-    from tritonrepo_client.model_repository.configs import load_config
-
     path = repository / model / "config.pbtxt"
     if not path.is_file():
         return (), ()
@@ -45,14 +45,6 @@ def _configured(model: str, repository: Path) -> tuple[tuple[Tensor, ...], tuple
         return tuple(out)
 
     return tensors(cfg.input), tensors(cfg.output)
-
-
-def _fits(sent: Tensor, declared: Tensor) -> bool:
-    return (
-        sent.dtype == declared.dtype
-        and len(sent.dims) == len(declared.dims)
-        and all(a == b or -1 in (a, b) for a, b in zip(sent.dims, declared.dims, strict=True))
-    )
 
 
 def _shown(t: Tensor) -> str:
@@ -95,7 +87,7 @@ def check_calls(calls: Sequence[ModelCall], where: str, repository: Path, proble
                         f"{at}.{kind}: '{call.model}' has no {kind} '{t.name}' ({source}); its "
                         f"{kind}s: {', '.join(_shown(d) for d in declared)}"
                     )
-                elif not _fits(t, match):
+                elif not t.fits(match):
                     problems.append(
                         f"{at}.{kind}: {_shown(t)} does not fit '{call.model}''s {_shown(match)} "
                         f"({source}; -1 = any); declare what the model takes"

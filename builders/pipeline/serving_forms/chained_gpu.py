@@ -1,4 +1,5 @@
-"""The one-step GPU model of a described pipeline with ``one_step_gpu = true``: its
+"""The chained GPU serving form of a single-core pipeline with ``one_step_gpu = true`` (the
+``torch_gpu`` config set): the one-step model's
 ``<name>/configs/torch_gpu.pbtxt``, and ``model.py`` and ``stages.json`` in each version folder,
 which run preprocess → core (``torch.export`` program) → postprocess in one Python-backend
 ``execute`` on the GPU (:mod:`tritonrepo.pipelines.chained_step`, which says why).
@@ -6,7 +7,7 @@ which run preprocess → core (``torch.export`` program) → postprocess in one 
 ``config.pbtxt`` (TensorRT) keeps the ensemble, and the three models keep their own
 ``torch_gpu`` configs: ``stages.json`` holds those configs, parsed as Triton parses them, so each
 stage is set up here exactly as its own model is. Which pipelines may ask for it:
-:func:`tritonrepo.description.load.one_step_gpu_refusal`.
+:func:`tritonrepo.description.parse.single_core.one_step_gpu_refusal`.
 
 The one-step model has as many instances as the busiest of its stages in the set (each instance
 is one process, with its own copy of the program on the GPU), no queue delay (whatever queued
@@ -17,13 +18,15 @@ Triton's plain queue (:data:`tritonrepo.server.queue_policy.PLAIN`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from google.protobuf.json_format import MessageToDict
 
-from builders.pipeline.render import STEP_CLASS
-from builders.pipeline.render_one_step import one_step_config, one_step_model_py
+from builders.pipeline.generated_files import STEP_CLASS
+from builders.pipeline.kinds.base import Checked
+from builders.pipeline.model_configs import version_folders
+from builders.pipeline.serving_forms.one_step import one_step_config, one_step_model_py
 from tritonrepo.description import Deployment, Pipeline, Step
 from tritonrepo.pipelines.chained_step import STAGES_FILE
 from tritonrepo_client.model_repository.config_sets import CONFIG_FILE, set_file
@@ -103,27 +106,22 @@ def stages(pipeline: Pipeline, repository: Path, files: Mapping[Path, str]) -> l
     ]
 
 
-def chained_model_py(pipeline: Pipeline) -> str:
-    """The one-step model's ``model.py`` (shared with the other set's)."""
-    return one_step_model_py(pipeline)
+def chained_refusal(pipeline: Pipeline) -> str | None:
+    """Why ``pipeline`` gets no one-step GPU model (it does not ask for one), or None."""
+    return None if pipeline.one_step_gpu else "its description does not set one_step_gpu"
 
 
 def chained_files(
-    pipeline: Pipeline,
-    probe: str | None,
-    repository: Path,
-    files: Mapping[Path, str],
-    versions: Sequence[int],
+    pipeline: Pipeline, checked: Checked, repository: Path, rendered: Mapping[Path, str]
 ) -> dict[Path, str]:
-    """The one-step model's files (empty without ``one_step_gpu``): its
-    ``configs/torch_gpu.pbtxt``, and ``model.py`` and ``stages.json`` in each of ``versions``
-    (the core's served versions and the staged INT8 one, as for the CPU one-step model)."""
-    if not pipeline.one_step_gpu:
-        return {}
+    """The one-step model's files: its ``configs/torch_gpu.pbtxt``, and ``model.py`` and
+    ``stages.json`` in each of the core's version folders (its served versions and the staged
+    INT8 one, as for the CPU one-step model); the stages' configs are read from ``rendered``
+    (the step and core configs already made)."""
     folder = repository / pipeline.name
-    out = {folder / set_file(CHAINED_SET): chained_config(pipeline, probe)}
-    text = json.dumps(stages(pipeline, repository, files), indent=1) + "\n"
-    for version in versions:
-        out[folder / str(version) / "model.py"] = chained_model_py(pipeline)
+    out = {folder / set_file(CHAINED_SET): chained_config(pipeline, checked.probe)}
+    text = json.dumps(stages(pipeline, repository, rendered), indent=1) + "\n"
+    for version in version_folders(pipeline.core):
+        out[folder / str(version) / "model.py"] = one_step_model_py(pipeline)
         out[folder / str(version) / STAGES_FILE] = text
     return out

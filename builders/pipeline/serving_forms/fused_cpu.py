@@ -1,12 +1,14 @@
-"""The one-step CPU model of a described pipeline: ``<name>/configs/cpu.pbtxt`` and
+"""The fused CPU serving form of a single-core pipeline (the ``cpu`` config set): the one-step
+model's ``<name>/configs/cpu.pbtxt`` and
 ``<name>/<version>/model.py``, which run preprocess → core (ONNX Runtime) → postprocess in one
 Python-backend ``execute`` (:mod:`tritonrepo.pipelines.fused_step`, which says why).
 
 ``config.pbtxt`` (TensorRT) and ``configs/torch_gpu.pbtxt`` keep the ensemble of three models;
 the step models and the core's ``cpu`` config are still generated, so the ensemble can be loaded
 on a CPU server too (the parity test loads both). Only a pipeline of the usual shape is fused
-(:func:`fused_reason` says why another is not): stateless, one core model run by ONNX Runtime on
-CPU, and preprocess and postprocess given as functions that call no model.
+(:func:`fused_refusal` says why another is not): one core model run by ONNX Runtime on CPU, and
+preprocess and postprocess given as functions that call no model (a stateful description is
+another kind, with no serving forms).
 
 The fused model takes the core's ``cpu`` deployment (dynamic batching delays and preferred
 sizes, ONNX Runtime parameters; instances: :func:`fused_instances`) with Triton's
@@ -17,15 +19,12 @@ queue bounds and request timeouts apply to the ensemble's core, not here.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from builders.pipeline.checks import Checked
-from builders.pipeline.render import (
-    CODE_ROOT,
-    CoreTensor,
-)
-from builders.pipeline.render_one_step import one_step_config, one_step_model_py
+from builders.pipeline.kinds.base import Checked
+from builders.pipeline.model_configs import CODE_ROOT, CoreTensor, version_folders
+from builders.pipeline.serving_forms.one_step import one_step_config, one_step_model_py
 from tritonrepo.description import Pipeline, Tensor
 from tritonrepo_client.model_repository.config_sets import CONFIG_SETS
 from tritonrepo_client.model_repository.dtypes import BY_NAME
@@ -52,10 +51,9 @@ FUSED_DOC = (
 )
 
 
-def fused_reason(pipeline: Pipeline) -> str | None:
-    """Why ``pipeline`` gets no one-step CPU model, or None when it gets one."""
-    if pipeline.session is not None or pipeline.sequence is not None:
-        return "a stateful pipeline is one session model already"
+def fused_refusal(pipeline: Pipeline) -> str | None:
+    """Why the single-core stateless ``pipeline`` gets no one-step CPU model, or None when it
+    gets one."""
     if pipeline.max_batch_size == 0:
         return "max_batch_size = 0: its steps hand the core all rows of a request"
     steps = (pipeline.preprocess, pipeline.postprocess)
@@ -114,22 +112,16 @@ def _output(t: Tensor) -> dict[str, object]:
     return {"name": t.name, "data_type": BY_NAME[t.dtype].config_name, "dims": list(t.dims)}
 
 
-def fused_model_py(pipeline: Pipeline) -> str:
-    """The one-step model's ``model.py`` (shared with the other set's)."""
-    return one_step_model_py(pipeline)
-
-
 def fused_files(
-    pipeline: Pipeline, checked: Checked, folder: Path, versions: Sequence[int]
+    pipeline: Pipeline, checked: Checked, repository: Path, rendered: Mapping[Path, str]
 ) -> dict[Path, str]:
-    """The one-step model's files in the pipeline's folder ``folder`` (empty when
-    :func:`fused_reason` names a reason): its ``configs/cpu.pbtxt`` and a ``model.py`` in each
-    of ``versions`` (the core's served versions and the staged INT8 one, so that a rollout of
-    the pipeline to version N serves ``<core>/N/``)."""
-    if fused_reason(pipeline) is not None:
-        return {}
+    """The one-step model's files in the pipeline's folder: its ``configs/cpu.pbtxt`` and a
+    ``model.py`` in each of the core's version folders (its served versions and the staged INT8
+    one, so that a rollout of the pipeline to version N serves ``<core>/N/``). ``rendered`` is
+    not needed."""
+    folder = repository / pipeline.name
     config = fused_config(pipeline, checked.core_inputs, checked.probe)
     files = {folder / "configs" / f"{FUSED_SET}.pbtxt": config}
-    for version in versions:
-        files[folder / str(version) / "model.py"] = fused_model_py(pipeline)
+    for version in version_folders(pipeline.core):
+        files[folder / str(version) / "model.py"] = one_step_model_py(pipeline)
     return files

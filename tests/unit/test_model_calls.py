@@ -107,7 +107,7 @@ def test_used_models_and_callers(repo: Path):
 
 
 def test_shipped_ctr_session_calls_ctr_model_where_it_runs_the_python_step():
-    # configs/cpu.pbtxt and configs/torch_gpu.pbtxt run SessionStep, which calls ctr_model;
+    # configs/cpu.pbtxt and configs/torch_gpu.pbtxt run CtrSessionStep, which calls ctr_model;
     # config.pbtxt is a TensorRT plan holding ctr_model's network itself.
     for config_name in ("cpu", "torch_gpu"):
         read = disk_configs(MODEL_REPOSITORY, config_name)

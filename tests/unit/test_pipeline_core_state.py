@@ -54,7 +54,7 @@ dtype = "FP32"
 dims = [2]
 initial_name = "nothing_yet"
 [session]
-step_class = "tritonrepo.ctr.steps:SessionStep"
+step_class = "tritonrepo.ctr.steps:CtrSessionStep"
 calls = [{ model = "other", input = [{ name = "A", dtype = "INT64", dims = [4] }] }]
 reference = "tests.unit.test_pipeline_core_state:running_total"
 instances = 3
@@ -128,7 +128,7 @@ def test_state_fields_are_read():
                                                                     (2,))  # fmt: skip
     assert (state.initial, state.initial_name) == ("zeros", "nothing_yet")
     assert core_state.max_candidate_sequences == 7
-    assert core_state.step_class == "tritonrepo.ctr.steps:SessionStep"
+    assert core_state.step_class == "tritonrepo.ctr.steps:CtrSessionStep"
     assert core_state.calls == (ModelCall("other", (Tensor("A", "INT64", (4,)),), ()),)
     assert core_state.reference.endswith(":running_total")
     assert {k: d.instances for k, d in core_state.deployments.items()} == {"cpu": 3, "torch_gpu": 5}
@@ -146,7 +146,7 @@ def test_state_fields_are_read():
          "zeros"),
         ("max_candidate_sequences = 7", "max_candidate_sequences = 0",
          "sequence.max_candidate_sequences", "1 or more"),
-        ('step_class = "tritonrepo.ctr.steps:SessionStep"', "", "session.step_class",
+        ('step_class = "tritonrepo.ctr.steps:CtrSessionStep"', "", "session.step_class",
          "is missing"),
         ('reference = "tests.unit.test_pipeline_core_state:running_total"', "",
          "session.reference", "is missing"),

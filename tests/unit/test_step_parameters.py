@@ -155,7 +155,7 @@ def test_defaults_are_the_values_used_before():
         "max_text_bytes": 65536,  # str(spec.MAX_TEXT_BYTES)
     }
     assert text_spec.MAX_TEXT_BYTES == 65536
-    assert _defaults(_step("tritonrepo.ctr.steps", "SessionStep")) == {
+    assert _defaults(_step("tritonrepo.ctr.steps", "CtrSessionStep")) == {
         "max_sessions": REQUIRED,
         "core_model": ctr_spec.CORE_MODEL,
     }
@@ -197,7 +197,7 @@ BAD_VALUES = [
         "parameter 'preprocessing' = 'vgg' is not one of 'efficientnet_lite0'",
     ),
     (
-        ("tritonrepo.ctr.steps", "SessionStep"),
+        ("tritonrepo.ctr.steps", "CtrSessionStep"),
         {"max_sessions": "-5"},
         "parameter 'max_sessions' = '-5' is below the minimum 1 (sessions)",
     ),

@@ -77,7 +77,7 @@ class _SessionEvent:
     end: bool
 
 
-class SessionStep(PythonStep):
+class CtrSessionStep(PythonStep):
     """``ctr_session`` on CPU: one event per request → the candidates ranked given the session.
 
     Inputs: ``ITEM_ID`` INT64 ``[1]`` (the item the user just interacted with), ``CANDIDATES``

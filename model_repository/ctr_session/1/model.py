@@ -1,7 +1,7 @@
-"""ctr_session session step (logic: tritonrepo.ctr.steps:SessionStep)."""
+"""ctr_session session step (logic: tritonrepo.ctr.steps:CtrSessionStep)."""
 
-from tritonrepo.ctr.steps import SessionStep
+from tritonrepo.ctr.steps import CtrSessionStep
 
 
-class TritonPythonModel(SessionStep):
-    """Python-backend entry point; initialize/execute/finalize come from SessionStep."""
+class TritonPythonModel(CtrSessionStep):
+    """Python-backend entry point; initialize/execute/finalize come from CtrSessionStep."""

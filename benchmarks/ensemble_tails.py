@@ -4,7 +4,7 @@
 Usage: ``python -m benchmarks.ensemble_tails [--model NAME ...] [--seconds 15]``
 
 For each model that ``make serve`` serves as an ensemble in the CPU set (read from the configs:
-:func:`tritonrepo_client.model_repository.roles.served_models`, ``platform: "ensemble"``), one
+:func:`tritonrepo_format.roles.served_models`, ``platform: "ensemble"``), one
 server with that model alone, HTTP through the guard as ``tritonrepo-serve`` serves it, and
 ``wrk`` (:mod:`benchmarks.wrk`) sending the model's own health-probe request (its config's
 ``tritonrepo_probe``: a real request of the pipeline) from 1, 4 and 16 connections for
@@ -25,8 +25,8 @@ from tritonclient.utils import np_to_triton_dtype
 from benchmarks import wrk
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 from tritonrepo_client.control.probe_declaration import declared_probe
-from tritonrepo_client.model_repository.configs import read_config
-from tritonrepo_client.model_repository.roles import served_models
+from tritonrepo_format.configs import read_config
+from tritonrepo_format.roles import served_models
 
 LEVELS = (1, 4, 16)
 STALL_MS = 450.0  # slower than this is the batcher's 500 ms wait, not work (module docstring)
@@ -86,7 +86,7 @@ def measure(model: str, seconds: float, priorities: bool = False) -> list[wrk.Me
     from tritonrepo.server.launcher import TritonServer
     from tritonrepo.server.queue_policy import core_models
     from tritonrepo_client import RepositoryClient
-    from tritonrepo_client.model_repository.configs import ensemble_steps
+    from tritonrepo_format.configs import ensemble_steps
 
     options = server_options(f"tails-{model}", models=(model,), http_guard=True,
                              log_file=BUILD_DIR / "bench" / f"tails-{model}.log")  # fmt: skip

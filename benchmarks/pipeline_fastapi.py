@@ -96,8 +96,8 @@ class TorchCore(InProcess):
         import torch
 
         from builders.torch_programs import described_export
-        from tritonrepo_client.model_repository.config_sets import config_path
-        from tritonrepo_client.model_repository.configs import load_config
+        from tritonrepo_format.config_sets import config_path
+        from tritonrepo_format.configs import load_config
 
         saved = described_export.load_module(
             described_export.module_path(MODEL_REPOSITORY, pipeline)

@@ -35,7 +35,7 @@ LAYERS = {
     "tritonrepo_client.__main__": "client: package",
     "tritonrepo_client.control": "client: control",
     "tritonrepo_client.cli": "client: cli",
-    "tritonrepo_client.model_repository": "client: model repository",
+    "tritonrepo_format": "repository format",
     "builders": "builders",
     "reference_data": "reference data",
     "benchmarks": "benchmarks",
@@ -46,13 +46,13 @@ LAYERS = {
 }
 STUB = {"stub: step", "stub: runners", "stub: models", "stub: backends", "stub: model.py"}
 CLIENT = {
-    "client: model repository",
+    "repository format",
     "client: data plane",
     "client: control",
     "client: cli",
     "client: package",
 }
-REPOSITORY = "client: model repository"  # the bottom layer: configs, config sets, data types
+REPOSITORY = "repository format"  # the bottom layer: configs, config sets, data types
 # What each layer may import (besides itself, the standard library and third-party packages).
 ALLOWED = {
     "stub: step": {"shared: paths"},
@@ -61,7 +61,7 @@ ALLOWED = {
     "stub: backends": {"stub: step", "stub: runners", "stub: models", "shared: paths"},
     "stub: model.py": {"stub: step", "stub: runners", "stub: models"},
     "shared: paths": set(),
-    "client: model repository": set(),
+    "repository format": set(),
     "client: data plane": {REPOSITORY},
     "client: control": {REPOSITORY, "client: data plane"},
     "client: cli": {REPOSITORY, "client: data plane", "client: control"},
@@ -210,6 +210,7 @@ def source_files() -> Iterator[Path]:
     tops = (
         "tritonrepo",
         "tritonrepo_client",
+        "tritonrepo_format",
         "builders",
         "reference_data",
         "benchmarks",

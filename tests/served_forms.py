@@ -3,8 +3,8 @@ table that README.md shows between the markers :data:`BEGIN` and :data:`END`.
 
 ``python -m tests.served_forms`` rewrites that table; ``tests/unit/test_served_forms.py`` fails
 when it is stale, so the README cannot say what the configs do not. The rows are the models
-``make serve`` loads (:func:`tritonrepo_client.model_repository.roles.served_models`), the
-columns the config sets of :data:`tritonrepo_client.model_repository.config_sets.CONFIG_SETS`.
+``make serve`` loads (:func:`tritonrepo_format.roles.served_models`), the
+columns the config sets of :data:`tritonrepo_format.config_sets.CONFIG_SETS`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
-from tritonrepo_client.model_repository.config_sets import CONFIG_SETS, DEFAULT_SET
-from tritonrepo_client.model_repository.configs import ensemble_steps, read_config
-from tritonrepo_client.model_repository.roles import (
+from tritonrepo_format.config_sets import CONFIG_SETS, DEFAULT_SET
+from tritonrepo_format.configs import ensemble_steps, read_config
+from tritonrepo_format.roles import (
     ONE_STEP_PARAMETER,
     STAGES_PARAMETER,
     calls_of,

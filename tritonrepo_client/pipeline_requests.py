@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 
 from tritonrepo_client.input_casts import cast_input
-from tritonrepo_client.model_repository.dtypes import NUMPY_TYPES
 from tritonrepo_client.triton_messages import Kind, kinds_in
+from tritonrepo_format.dtypes import NUMPY_TYPES
 
 # KServe v2 datatypes → numpy dtypes of the arrays sent and received
-# (:data:`tritonrepo_client.model_repository.dtypes.NUMPY_TYPES`; BYTES are object arrays of
+# (:data:`tritonrepo_format.dtypes.NUMPY_TYPES`; BYTES are object arrays of
 # ``bytes``). BF16 has no numpy dtype that tritonclient's request building maps back to BF16, so
 # it is not in the table.
 NUMPY_DTYPES: dict[str, Any] = dict(NUMPY_TYPES)

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tritonrepo.server.queue_policy import PLAIN, LevelPolicy, QueuePolicy
-from tritonrepo_client.model_repository.dtypes import BY_NAME
+from tritonrepo_format.dtypes import BY_NAME
 
 
 @dataclass(frozen=True)

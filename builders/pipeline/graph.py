@@ -15,7 +15,7 @@ from typing import Any
 
 from tritonrepo.description import Pipeline, import_ref
 from tritonrepo.paths import REPO_ROOT
-from tritonrepo_client.model_repository.dtypes import NAMES_BY_ONNX
+from tritonrepo_format.dtypes import NAMES_BY_ONNX
 
 # ONNX TensorProto element types -> Triton data types (onnx.TensorProto.DataType).
 ONNX_TO_TRITON = NAMES_BY_ONNX

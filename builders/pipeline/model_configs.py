@@ -22,7 +22,7 @@ from tritonrepo.description import Core, Header, Step, Tensor
 from tritonrepo.description.schema import SequenceSpec
 from tritonrepo.server.queue_policy import PLAIN, priority_policy
 from tritonrepo_client.control.model_calls import CALLS_PARAMETER
-from tritonrepo_client.model_repository.config_sets import CONFIG_SETS, DEFAULT_SET
+from tritonrepo_format.config_sets import CONFIG_SETS, DEFAULT_SET
 
 CODE_ROOT = "../.."  # from a model's folder to the checkout root: pipelines.<name> imports
 CONTROL_KINDS = {"start": "START", "end": "END", "ready": "READY", "corrid": "CORRID"}

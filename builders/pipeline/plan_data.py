@@ -23,7 +23,7 @@ from builders.pipeline.plan_feed_types import PlanFeeds, Profile
 
 if TYPE_CHECKING:
     from tritonrepo.description import Pipeline
-    from tritonrepo_client.model_repository.configs import ModelConfig
+    from tritonrepo_format.configs import ModelConfig
 
 # max |engine - FP32| / max |FP32| per float output: FP32 kernels reorder sums; FP16 keeps
 # ~3 decimal digits; INT8 (calibrated) stays within a few percent on a healthy graph.

@@ -25,7 +25,7 @@ from pathlib import Path
 from builders.pipeline import plan_data
 from builders.pipeline.core_owners import owner
 from builders.pipeline.plan_feed_types import PlanFeeds
-from tritonrepo_client.model_repository.configs import load_config
+from tritonrepo_format.configs import load_config
 
 HOOK = "PLAN_FEEDS"  # the builder module's "package.module:function" of its plan feeds
 PLAN_PLATFORM = "tensorrt_plan"

@@ -35,12 +35,12 @@ from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.image import spec as image_spec
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.text import spec as text_spec
-from tritonrepo_client.model_repository.config_sets import DEFAULT_SET
-from tritonrepo_client.model_repository.configs import core_runtime_models
-from tritonrepo_client.model_repository.dtypes import CONFIG_NAMES_BY_NUMPY
+from tritonrepo_format.config_sets import DEFAULT_SET
+from tritonrepo_format.configs import core_runtime_models
+from tritonrepo_format.dtypes import CONFIG_NAMES_BY_NUMPY
 
 if TYPE_CHECKING:  # tritonclient's protobuf; imported by the caller that parses the config
-    from tritonrepo_client.model_repository.configs import ModelConfig
+    from tritonrepo_format.configs import ModelConfig
 
 # The models with a TensorRT plan (config.pbtxt with platform "tensorrt_plan") that this module
 # profiles: all but the described cores that builders.pipeline.plan_data builds (their plans:
@@ -187,7 +187,7 @@ def check_config(cfg: ModelConfig, tensors: Sequence[IOTensor]) -> list[str]:
     sorted order).
 
     Args:
-        cfg: the parsed config (``tritonrepo_client.model_repository.configs.load_config``).
+        cfg: the parsed config (``tritonrepo_format.configs.load_config``).
         tensors: the engine's or ONNX graph's I/O.
 
     Returns:

@@ -165,7 +165,7 @@ def build_plan(
     """
     from builders.gates import accuracy_gate
     from builders.pipeline.plan_feeds import for_model
-    from tritonrepo_client.model_repository.configs import load_config
+    from tritonrepo_format.configs import load_config
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -269,7 +269,7 @@ def described_plan_models(repository: Path) -> list[str]:
     """The core models of ``pipelines/*/pipeline.toml`` whose ``config.pbtxt`` is a TensorRT
     plan (one whose graph TensorRT cannot parse is served by ONNX Runtime instead)."""
     from builders.pipeline.plan_data import described_plan_models as described
-    from tritonrepo_client.model_repository.configs import load_config
+    from tritonrepo_format.configs import load_config
 
     names = []
     for model in described():

@@ -60,8 +60,8 @@ from tritonrepo.image import spec as image_spec
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 from tritonrepo.runners.torch_runner import METADATA_FILE
 from tritonrepo.text import spec as text_spec
-from tritonrepo_client.model_repository.config_sets import config_path
-from tritonrepo_client.model_repository.configs import core_runtime_models, load_config
+from tritonrepo_format.config_sets import config_path
+from tritonrepo_format.configs import core_runtime_models, load_config
 
 CONFIG_SET = "torch_gpu"
 # The models whose torch_gpu config runs a torch.export program (backend torch_python).

@@ -85,7 +85,6 @@ if [[ -d $incoming/files ]]; then  # whole files only: chunks wait for the rest
   done)
 fi
 cp -a "$dest/files/." .
-ln -sfn "$PWD/client" "$site/tritonrepo_client"
 
 cudart=$dest/cudart/nvidia/cuda_runtime/lib
 cat > "$dest/env.sh" <<ENV

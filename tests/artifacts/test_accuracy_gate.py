@@ -32,7 +32,7 @@ from tritonrepo.ctr import features
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.text import spec as text_spec
-from tritonrepo_client.model_repository.configs import load_config
+from tritonrepo_format.configs import load_config
 
 ENCODER = MODEL_REPOSITORY / text_spec.ENCODER_MODEL
 CTR = MODEL_REPOSITORY / ctr_spec.CORE_MODEL

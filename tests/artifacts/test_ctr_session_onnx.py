@@ -23,8 +23,8 @@ from builders.tensorrt.plan_data import session_feed
 from tritonrepo.ctr import features
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.paths import MODEL_REPOSITORY
-from tritonrepo_client.model_repository.config_sets import config_path
-from tritonrepo_client.model_repository.configs import load_config
+from tritonrepo_format.config_sets import config_path
+from tritonrepo_format.configs import load_config
 
 TOLERANCE = 1e-5  # as tests/server/test_ctr.py: served CTR vs PyTorch
 NETWORK = MODEL_REPOSITORY / ctr_spec.CORE_MODEL / "1" / "model.onnx"

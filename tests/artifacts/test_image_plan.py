@@ -14,7 +14,7 @@ from builders.tensorrt.plans import build_plan
 from tests.artifacts.test_tensorrt_builder import OnnxBackend, repository_copy
 from tritonrepo.image import spec
 from tritonrepo.paths import MODEL_REPOSITORY
-from tritonrepo_client.model_repository.configs import load_config
+from tritonrepo_format.configs import load_config
 
 
 @pytest.mark.parametrize("model", [spec.CORE_MODEL, spec.RESNET50_MODEL])

@@ -13,7 +13,7 @@ from builders.tensorrt.plan_config import (
     onnx_io,
 )
 from tritonrepo.paths import MODEL_REPOSITORY
-from tritonrepo_client.model_repository.configs import ModelConfig, load_config
+from tritonrepo_format.configs import ModelConfig, load_config
 
 
 def gpu_config(model: str) -> ModelConfig:

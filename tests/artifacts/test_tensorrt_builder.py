@@ -263,7 +263,7 @@ def test_fp16_plan_of_every_model_builds_fits_its_config_and_passes_the_gate(tmp
     plan = repo / model / "1" / "model.plan"
     engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(plan.read_bytes())
     assert engine.num_optimization_profiles == 1
-    from tritonrepo_client.model_repository.configs import load_config
+    from tritonrepo_format.configs import load_config
 
     profile = plan_config.model_profile(model, load_config(repo / model / "config.pbtxt"))
     for name, (lo, opt, hi) in profile.items():

@@ -9,7 +9,7 @@ import pytest
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.step.errors import InvalidRequest
 from tritonrepo.text import spec
-from tritonrepo_client.model_repository.configs import load_config
+from tritonrepo_format.configs import load_config
 
 
 @pytest.mark.parametrize("config_name", ["config.pbtxt", "configs/torch_gpu.pbtxt"])

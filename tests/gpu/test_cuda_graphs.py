@@ -26,8 +26,8 @@ def test_graph_replays_match_the_eager_program():
     from tritonrepo.runners.torch_runner import TorchRunner, graph_examples
     from tritonrepo.text import spec
     from tritonrepo.text.tokenization import TextTokenizer
-    from tritonrepo_client.model_repository.config_sets import config_path
-    from tritonrepo_client.model_repository.configs import load_config
+    from tritonrepo_format.config_sets import config_path
+    from tritonrepo_format.configs import load_config
 
     program = MODEL_REPOSITORY / spec.ENCODER_MODEL / "1" / "model.pt2"
     if not program.is_file():

@@ -33,8 +33,8 @@ from tritonrepo_client.control.config_sets import (
     target_config,
 )
 from tritonrepo_client.control.rollout import previous_version, rollout
-from tritonrepo_client.model_repository.config_sets import config_path
-from tritonrepo_client.model_repository.configs import load_config
+from tritonrepo_format.config_sets import config_path
+from tritonrepo_format.configs import load_config
 
 # The models of the switch: text_embedding's steps and the CTR models (the image models are
 # left out of the test's repository folder, so the command leaves them alone).

@@ -56,7 +56,7 @@ def test_stages_are_the_models_own_configs():
     """stages.json holds each stage's torch_gpu config as its own model folder has it."""
     from google.protobuf.json_format import MessageToDict
 
-    from tritonrepo_client.model_repository.configs import read_config
+    from tritonrepo_format.configs import read_config
 
     stages = json.loads((MODEL_REPOSITORY / PIPELINE / "1" / STAGES_FILE).read_text())
     assert [s["model"] for s in stages] == list(STAGES)

@@ -447,9 +447,9 @@ def test_the_step_fails_its_load_with_the_import_error(monkeypatch, code_root):
 def test_the_stub_side_dtype_map_equals_the_repository_table():
     """Step code runs in the Triton stub, which may not import the client's table of data types
     (``tests/layers.py``), so ``function_calls`` keeps its own map: it must name the same types
-    as :mod:`tritonrepo_client.model_repository.dtypes`."""
+    as :mod:`tritonrepo_format.dtypes`."""
     from tritonrepo.pipelines.function_calls import TRITON_DTYPES
-    from tritonrepo_client.model_repository.dtypes import DATA_TYPES
+    from tritonrepo_format.dtypes import DATA_TYPES
 
     want = {d.config_name: np.dtype(d.numpy_name).type for d in DATA_TYPES if d.has_numpy}
     assert {name: np.dtype(t).type for name, t in TRITON_DTYPES.items()} == want

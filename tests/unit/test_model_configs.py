@@ -12,8 +12,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.text import spec
-from tritonrepo_client.model_repository.config_sets import config_path
-from tritonrepo_client.model_repository.configs import (
+from tritonrepo_format.config_sets import config_path
+from tritonrepo_format.configs import (
     ModelConfig,
     all_config_files,
     check_ensemble,

@@ -1,5 +1,5 @@
 """The model lists read from a repository's configs
-(:mod:`tritonrepo_client.model_repository.roles`): top-level models, the default serving list
+(:mod:`tritonrepo_format.roles`): top-level models, the default serving list
 and the core models, on a small repository written here and on this checkout's."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tritonrepo.paths import MODEL_REPOSITORY, REPO_ROOT
-from tritonrepo_client.model_repository import roles
+from tritonrepo_format import roles
 
 PROBE = 'parameters { key: "tritonrepo_probe" value { string_value: "{}" } }\n'
 

@@ -423,7 +423,7 @@ def test_openai_embeddings_names_a_text_input_and_a_vector_output(tmp_path):
     import json
 
     from tritonrepo.paths import PIPELINES
-    from tritonrepo_client.model_repository.roles import OPENAI_EMBEDDINGS_PARAMETER
+    from tritonrepo_format.roles import OPENAI_EMBEDDINGS_PARAMETER
 
     shipped = load(PIPELINES / "text_embedding" / "pipeline.toml")
     parameter = json.loads(shipped.openai_parameter()[OPENAI_EMBEDDINGS_PARAMETER])

@@ -26,7 +26,7 @@ from tests.unit.pipeline_fixtures.workspace import OTHER_CONFIG, PACKAGE, Worksp
 from tritonrepo.description import load
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo_client.control.probe_declaration import InvalidProbe, declared_probe
-from tritonrepo_client.model_repository.configs import check_ensemble
+from tritonrepo_format.configs import check_ensemble
 
 EXPECTED = {
     "toy/config.pbtxt",

@@ -19,7 +19,7 @@ from tests.unit.pipeline_fixtures.toy import model as toy_model
 from tests.unit.pipeline_fixtures.workspace import Workspace
 from tritonrepo.description import DescriptionError, GraphPipeline
 from tritonrepo_client.control.model_calls import declared_calls
-from tritonrepo_client.model_repository.configs import check_ensemble
+from tritonrepo_format.configs import check_ensemble
 
 PKG = CHAIN_PACKAGE
 MODELS = ("toy_prepare", "toy_first", "toy_relu", "toy_second", "toy_finish", "toy_scale")

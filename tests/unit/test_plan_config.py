@@ -20,7 +20,7 @@ from builders.tensorrt.plan_config import (
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.text import spec as text_spec
-from tritonrepo_client.model_repository.configs import ModelConfig, load_config
+from tritonrepo_format.configs import ModelConfig, load_config
 
 
 def gpu_config(model: str) -> ModelConfig:

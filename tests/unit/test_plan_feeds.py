@@ -14,7 +14,7 @@ from builders.pipeline import core_owners, plan_data, plan_feeds
 from builders.tensorrt import image_plan_data, plan_config
 from tritonrepo.image import spec as image_spec
 from tritonrepo.paths import MODEL_REPOSITORY
-from tritonrepo_client.model_repository.configs import load_config
+from tritonrepo_format.configs import load_config
 
 
 def configured_plan_models() -> list[str]:

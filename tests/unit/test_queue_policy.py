@@ -19,7 +19,7 @@ from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.server import queue_policy
 from tritonrepo.server.queue_policy import LevelPolicy, QueuePolicy, expected_policy
 from tritonrepo_client import scheduling
-from tritonrepo_client.model_repository.configs import all_config_files, load_config
+from tritonrepo_format.configs import all_config_files, load_config
 
 QUEUE_FIELDS = ("priority_levels", "default_priority_level", "default_queue_policy")
 QUEUE_FIELDS_ALL = (*QUEUE_FIELDS, "priority_queue_policy")

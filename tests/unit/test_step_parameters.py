@@ -22,7 +22,7 @@ from tritonrepo.step.parameters import NON_STEP_KEYS, REQUIRED, Parameter, Param
 from tritonrepo.step.python_step import PythonStep
 from tritonrepo.text import spec as text_spec
 from tritonrepo_client.control.probe_declaration import PROBE_PARAMETER
-from tritonrepo_client.model_repository.configs import all_config_files, load_config
+from tritonrepo_format.configs import all_config_files, load_config
 
 ROOT = MODEL_REPOSITORY.parent
 STEP_BACKENDS = ("python", "onnxruntime_python", "torch_python")

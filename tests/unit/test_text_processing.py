@@ -12,7 +12,7 @@ from tritonrepo.step.errors import InvalidRequest
 from tritonrepo.text import spec
 from tritonrepo.text.pooling import l2_normalize, mean_pool, mean_pool_normalize, mean_pool_torch
 from tritonrepo.text.tokenization import TextTokenizer, decode_texts
-from tritonrepo_client.model_repository.configs import load_config
+from tritonrepo_format.configs import load_config
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tritonrepo.paths import MODEL_REPOSITORY
-from tritonrepo_client.model_repository.config_sets import config_path
-from tritonrepo_client.model_repository.configs import load_config
 from tritonrepo_client.validation import (
     MAX_NUMERIC_CORRELATION_ID,
     InvalidCorrelationId,
@@ -22,6 +20,8 @@ from tritonrepo_client.validation import (
     parse_correlation_id,
     read_config_file,
 )
+from tritonrepo_format.config_sets import config_path
+from tritonrepo_format.configs import load_config
 
 PY_CONFIG = {"name": "m", "backend": "python"}
 

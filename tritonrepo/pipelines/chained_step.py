@@ -50,7 +50,7 @@ from tritonrepo.step.parameters import REQUIRED, Parameter
 from tritonrepo.step.python_step import Outputs, PythonStep
 
 STAGES_FILE = "stages.json"  # in each version folder of the one-step model (module docstring)
-# The config parameter naming the stages' models (tritonrepo_client.model_repository.roles
+# The config parameter naming the stages' models (tritonrepo_format.roles
 # STAGES_PARAMETER: the preflight checks their files, make gpu-pack carries them).
 STAGES_PARAMETER = "tritonrepo_stages"
 STAGE_KEYS = ("model", "class", "version", "kind", "config")  # each stage object's fields

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path, PurePosixPath
 
-from tritonrepo_client.model_repository.config_sets import CONFIG_SETS, DEFAULT_SET, config_path
-from tritonrepo_client.model_repository.config_sets import builds as config_set_builds
-from tritonrepo_client.model_repository.configs import (
+from tritonrepo_format.config_sets import CONFIG_SETS, DEFAULT_SET, config_path
+from tritonrepo_format.config_sets import builds as config_set_builds
+from tritonrepo_format.configs import (
     ModelConfig,
     check_ensemble,
     load_config,
     mc,
 )
-from tritonrepo_client.model_repository.dtypes import CONFIG_VALUES_BY_ONNX
+from tritonrepo_format.dtypes import CONFIG_VALUES_BY_ONNX
 
 # Python-based backends of this repository (backends/<name>/model.py) and Triton's own.
 PYTHON_BACKENDS = {"python", "onnxruntime_python", "torch_python"}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 from tritonrepo.server import repository_key
-from tritonrepo_client.model_repository.config_sets import gpu_pool_sizes
+from tritonrepo_format.config_sets import gpu_pool_sizes
 
 # Config sets that put Python-backend steps on the GPU, with the CUDA memory pool they need per
 # GPU (the table of config sets, ``ConfigSet.cuda_pool_bytes``): the Python backend moves GPU
@@ -149,7 +149,7 @@ class ServerOptions:
         ``model_repository`` with ``model_config_name``), each before its caller, then
         ``models``. A config that does not parse adds nothing here; the preflight names it."""
         from tritonrepo_client.control.model_calls import disk_configs, load_closure
-        from tritonrepo_client.model_repository.configs import ConfigParseError
+        from tritonrepo_format.configs import ConfigParseError
 
         served = tuple(self.models)
         try:
@@ -216,10 +216,10 @@ def default_models(repository: Path = MODEL_REPOSITORY) -> tuple[str, ...]:
     """What ``make serve`` loads without ``--model``: the top-level models of ``repository``
     (neither an ensemble's step nor called through BLS) that declare their health probe
     (parameter ``tritonrepo_probe``; a described pipeline's comes from its description), by
-    name (:func:`tritonrepo_client.model_repository.roles.served_models`). So a team's pipeline is
+    name (:func:`tritonrepo_format.roles.served_models`). So a team's pipeline is
     served next to the shipped ones without listing them; the container's entrypoint
     (``docker/entrypoint.sh``) asks this list, and ``tritonrepo-client health`` probes every
     loaded model that declares a probe."""
-    from tritonrepo_client.model_repository.roles import served_models
+    from tritonrepo_format.roles import served_models
 
     return served_models(repository)

@@ -8,7 +8,7 @@ serve and every model they depend on (ensemble steps, models called through BLS)
 with ``--model-config-name`` as Triton resolves them:
 
 * the config parses (``ModelConfig`` protobuf) and ensembles are consistent
-  (:func:`tritonrepo_client.model_repository.configs.check_ensemble`);
+  (:func:`tritonrepo_format.configs.check_ensemble`);
 * every served version has its artifact: ``model.py`` for Python models, the
   ``default_model_filename`` (``model.plan``, ``model.onnx``, ``model.pt2``) otherwise, and the
   tokenizer file a tokenizer step names;
@@ -49,9 +49,9 @@ from tritonrepo.server.artifact_checks import (
     model_artifacts,
 )
 from tritonrepo_client.control.model_calls import CALLS_PARAMETER, parse_calls
-from tritonrepo_client.model_repository.config_sets import config_path
-from tritonrepo_client.model_repository.configs import ConfigParseError, load_config
-from tritonrepo_client.model_repository.roles import STAGES_PARAMETER
+from tritonrepo_format.config_sets import config_path
+from tritonrepo_format.configs import ConfigParseError, load_config
+from tritonrepo_format.roles import STAGES_PARAMETER
 
 # /dev/shm per Python-backend instance: the largest tensors one batch moves through an
 # instance's region here are the encoder's FP32 token embeddings, 64 x 256 x 384 x 4 B = 25 MiB

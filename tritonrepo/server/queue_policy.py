@@ -44,8 +44,8 @@ import functools
 from dataclasses import dataclass, field
 
 from tritonrepo.paths import MODEL_REPOSITORY
-from tritonrepo_client.model_repository import roles
-from tritonrepo_client.model_repository.config_sets import cpu_sets
+from tritonrepo_format import roles
+from tritonrepo_format.config_sets import cpu_sets
 
 REALTIME = 1
 BULK = 2
@@ -123,7 +123,7 @@ def priority_policy(config_set: str | None) -> QueuePolicy:
 def core_models() -> tuple[str, ...]:
     """The models whose dynamic batcher may have priority levels: those that run the network, a
     core runtime (TensorRT plan, ONNX Runtime or PyTorch backend) in at least one config set
-    (:func:`tritonrepo_client.model_repository.roles.core_models`, read from the repository's
+    (:func:`tritonrepo_format.roles.core_models`, read from the repository's
     configs), not a Python step."""
     return roles.core_models(MODEL_REPOSITORY)
 
@@ -162,5 +162,5 @@ def config_json(policy: QueuePolicy) -> dict[str, object]:
 @functools.lru_cache(maxsize=8)
 def _one_step_models(config_set: str | None) -> tuple[str, ...]:
     """The one-step pipelines of ``config_set``
-    (:func:`tritonrepo_client.model_repository.roles.one_step_models`)."""
+    (:func:`tritonrepo_format.roles.one_step_models`)."""
     return roles.one_step_models(MODEL_REPOSITORY, config_set)

@@ -27,8 +27,8 @@ from tritonrepo_client.control.rollout import (
     rollback,
     rollout,
 )
-from tritonrepo_client.model_repository.configs import ConfigParseError
 from tritonrepo_client.validation import read_config_file
+from tritonrepo_format.configs import ConfigParseError
 
 
 def local_repository() -> Path:

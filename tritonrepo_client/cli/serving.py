@@ -20,7 +20,7 @@ from tritonrepo_client.validation import parse_correlation_id
 def served_models(repo: RepositoryClient, conn: TritonConnection) -> list[str]:
     """The models ``health`` checks by default, by name: every loaded model whose config
     declares its probe (every described pipeline's does), and every model that the local
-    repository serves by default (:func:`tritonrepo_client.model_repository.roles.served_models`)
+    repository serves by default (:func:`tritonrepo_format.roles.served_models`)
     whose load failed (the repository index, with the key: UNAVAILABLE for a reason other than
     "unloaded"). A model unloaded through the API is not checked (Triton's index does not tell
     an unload asked for from one that followed a step's: name it with ``--model``), nor one the
@@ -28,7 +28,7 @@ def served_models(repo: RepositoryClient, conn: TritonConnection) -> list[str]:
     does not answer)."""
     from tritonrepo_client.control.config_sets import probed_models
     from tritonrepo_client.control.local import local_repository
-    from tritonrepo_client.model_repository.roles import served_models as served_by_default
+    from tritonrepo_format.roles import served_models as served_by_default
 
     try:
         served = set(probed_models(repo, conn))

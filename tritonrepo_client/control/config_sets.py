@@ -1,5 +1,5 @@
 """Switch a running server between config sets (``configs/<name>.pbtxt``; the sets and their files:
-:mod:`tritonrepo_client.model_repository.config_sets`) through the load API:
+:mod:`tritonrepo_format.config_sets`) through the load API:
 the CPU fallback (``tritonrepo-client configs use cpu``) and the way back
 (``configs use default``, i.e. each model's ``config.pbtxt``).
 
@@ -50,12 +50,12 @@ from tritonrepo_client.control.repository import RepositoryClient
 
 # The rollout record, kept across a switch.
 from tritonrepo_client.control.rollout import PREVIOUS_VERSION_PARAMETER
-from tritonrepo_client.model_repository.config_sets import (
+from tritonrepo_format.config_sets import (
     DEFAULT_SET,
     config_path,
     unknown_set_message,
 )
-from tritonrepo_client.model_repository.configs import load_config, tensor_specs
+from tritonrepo_format.configs import load_config, tensor_specs
 
 CONFIG_SET_PARAMETER = "tritonrepo_config_set"
 

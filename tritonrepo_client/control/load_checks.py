@@ -33,8 +33,8 @@ from google.protobuf import json_format
 from tritonrepo_client.connection import ClientError
 from tritonrepo_client.control.local import local_repository
 from tritonrepo_client.control.repository import ModelVersionState, RepositoryClient
-from tritonrepo_client.model_repository.config_sets import config_path
-from tritonrepo_client.model_repository.configs import load_config
+from tritonrepo_format.config_sets import config_path
+from tritonrepo_format.configs import load_config
 
 
 class LoadRefused(ClientError):
@@ -91,7 +91,7 @@ def disk_config(repository: Path, model: str, config_name: str | None) -> tuple[
     its file.
 
     Raises:
-        tritonrepo_client.model_repository.configs.ConfigParseError: it does not parse.
+        tritonrepo_format.configs.ConfigParseError: it does not parse.
     """
     path = config_path(repository, model, config_name)
     return json_format.MessageToDict(load_config(path), preserving_proto_field_name=True), path

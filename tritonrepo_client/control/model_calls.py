@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tritonrepo_client.model_repository.roles import CALLS_PARAMETER
+from tritonrepo_format.roles import CALLS_PARAMETER
 
 # model name -> its config as Triton's JSON (ModelConfig field names), or None when unknown.
 ConfigReader = Callable[[str], Mapping[str, Any] | None]
@@ -120,8 +120,8 @@ def disk_configs(repository: Path, config_name: str | None = None) -> ConfigRead
     """
     from google.protobuf.json_format import MessageToDict
 
-    from tritonrepo_client.model_repository.config_sets import config_path
-    from tritonrepo_client.model_repository.configs import load_config
+    from tritonrepo_format.config_sets import config_path
+    from tritonrepo_format.configs import load_config
 
     cache: dict[str, Mapping[str, Any] | None] = {}
 

@@ -38,7 +38,7 @@ import numpy as np
 from tritonclient.utils import triton_to_np_dtype
 
 from tritonrepo_client.connection import ClientError, TritonConnection
-from tritonrepo_client.model_repository.roles import PROBE_PARAMETER
+from tritonrepo_format.roles import PROBE_PARAMETER
 
 DEFAULT_TOLERANCE = 1e-5
 

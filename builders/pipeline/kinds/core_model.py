@@ -13,7 +13,7 @@ from builders.pipeline.graph import GraphIO, GraphTensor, ModelSourceError, grap
 from builders.pipeline.kinds.base import Checked, import_function
 from builders.pipeline.model_configs import CoreTensor, core_config, core_sets, version_folders
 from tritonrepo.description import Core, Pipeline
-from tritonrepo_client.model_repository.config_sets import set_file
+from tritonrepo_format.config_sets import set_file
 
 CoreTensors = tuple[tuple[CoreTensor, ...], tuple[CoreTensor, ...]]  # inputs, outputs
 

@@ -45,8 +45,8 @@ from builders.pipeline.kinds.sample_checks import PROBE_LIMIT_BYTES, probe_json,
 from builders.pipeline.model_configs import sequence_controls, tensor_configs
 from tritonrepo.description import Pipeline
 from tritonrepo_client.control.model_calls import CALLS_PARAMETER
-from tritonrepo_client.model_repository.config_sets import DEFAULT_SET, set_file
-from tritonrepo_client.model_repository.roles import PROBE_PARAMETER
+from tritonrepo_format.config_sets import DEFAULT_SET, set_file
+from tritonrepo_format.roles import PROBE_PARAMETER
 
 
 def _sequence_batching(pipeline: Pipeline, with_state: bool, delay_us: int) -> SequenceBatching:

@@ -58,7 +58,7 @@ from builders.pipeline.model_configs import CoreTensor, core_config, core_sets, 
 from builders.pipeline.serving_forms.ensemble import ensemble_config, probe_parameter
 from tritonrepo.description import GraphPipeline, GraphStep
 from tritonrepo.pipelines.step_calls import format_models
-from tritonrepo_client.model_repository.config_sets import set_file
+from tritonrepo_format.config_sets import set_file
 
 NO_PLAN = (
     "No TensorRT plan is built for the cores of a multi-model description yet, so config.pbtxt\n"

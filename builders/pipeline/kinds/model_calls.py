@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tritonrepo.description import DescriptionError, ModelCall, Pipeline, Tensor, discover, load
 from tritonrepo.paths import PIPELINES
-from tritonrepo_client.model_repository.configs import load_config
+from tritonrepo_format.configs import load_config
 
 
 def _described(model: str, pipelines: Path) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], str]:

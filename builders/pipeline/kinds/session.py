@@ -62,8 +62,8 @@ from builders.pipeline.model_configs import (
 )
 from tritonrepo.description import Pipeline
 from tritonrepo_client.control.model_calls import CALLS_PARAMETER
-from tritonrepo_client.model_repository.dtypes import BY_NAME
-from tritonrepo_client.model_repository.roles import PROBE_PARAMETER
+from tritonrepo_format.dtypes import BY_NAME
+from tritonrepo_format.roles import PROBE_PARAMETER
 
 SESSION_CLASS = "tritonrepo.pipelines.session_step:SessionStep"
 SESSION_NOTE = (

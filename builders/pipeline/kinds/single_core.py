@@ -49,7 +49,7 @@ from builders.pipeline.kinds.sample_checks import (
 from builders.pipeline.model_configs import CoreTensor, step_config
 from builders.pipeline.serving_forms import form_files
 from tritonrepo.description import Pipeline, Tensor
-from tritonrepo_client.model_repository.config_sets import set_file
+from tritonrepo_format.config_sets import set_file
 
 
 def step_view(pipeline: Pipeline, tensors: Sequence[CoreTensor]) -> list[Tensor]:

@@ -31,7 +31,7 @@ from builders.pipeline.serving_forms.chained_gpu import CHAINED_SET, chained_fil
 from builders.pipeline.serving_forms.ensemble import ensemble_files
 from builders.pipeline.serving_forms.fused_cpu import FUSED_SET, fused_files, fused_refusal
 from tritonrepo.description import Pipeline
-from tritonrepo_client.model_repository.config_sets import DEFAULT_SET
+from tritonrepo_format.config_sets import DEFAULT_SET
 
 FormFiles = Callable[[Pipeline, Checked, Path, Mapping[Path, str]], dict[Path, str]]
 

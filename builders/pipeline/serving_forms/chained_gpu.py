@@ -29,9 +29,9 @@ from builders.pipeline.model_configs import version_folders
 from builders.pipeline.serving_forms.one_step import one_step_config, one_step_model_py
 from tritonrepo.description import Deployment, Pipeline, Step
 from tritonrepo.pipelines.chained_step import STAGES_FILE
-from tritonrepo_client.model_repository.config_sets import CONFIG_FILE, set_file
-from tritonrepo_client.model_repository.configs import parse_config
-from tritonrepo_client.model_repository.roles import (
+from tritonrepo_format.config_sets import CONFIG_FILE, set_file
+from tritonrepo_format.configs import parse_config
+from tritonrepo_format.roles import (
     ONE_STEP_PARAMETER,
     PROBE_PARAMETER,
     STAGES_PARAMETER,

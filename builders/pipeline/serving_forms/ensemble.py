@@ -14,7 +14,7 @@ from builders.pipeline.generated_files import header_comment
 from builders.pipeline.kinds.base import Checked
 from builders.pipeline.model_configs import tensor_configs
 from tritonrepo.description import Header, Pipeline
-from tritonrepo_client.model_repository.roles import PROBE_PARAMETER
+from tritonrepo_format.roles import PROBE_PARAMETER
 
 
 def ensemble_config(

@@ -26,9 +26,9 @@ from builders.pipeline.kinds.base import Checked
 from builders.pipeline.model_configs import CODE_ROOT, CoreTensor, version_folders
 from builders.pipeline.serving_forms.one_step import one_step_config, one_step_model_py
 from tritonrepo.description import Pipeline, Tensor
-from tritonrepo_client.model_repository.config_sets import CONFIG_SETS
-from tritonrepo_client.model_repository.dtypes import BY_NAME
-from tritonrepo_client.model_repository.roles import PROBE_PARAMETER
+from tritonrepo_format.config_sets import CONFIG_SETS
+from tritonrepo_format.dtypes import BY_NAME
+from tritonrepo_format.roles import PROBE_PARAMETER
 
 FUSED_SET = "cpu"
 # Instances of the one-step model when the core's cpu deployment asks for one

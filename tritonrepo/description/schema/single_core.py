@@ -18,7 +18,7 @@ from tritonrepo.description.schema.header import Header
 from tritonrepo.description.schema.options import CanarySpec, DriftSpec, OpenAiEmbeddings
 from tritonrepo.description.schema.stateful import CoreState, SequenceSpec, SessionSpec
 from tritonrepo.description.schema.tables import Core, Step
-from tritonrepo_client.model_repository.roles import OPENAI_EMBEDDINGS_PARAMETER
+from tritonrepo_format.roles import OPENAI_EMBEDDINGS_PARAMETER
 
 
 @dataclass(frozen=True, kw_only=True)

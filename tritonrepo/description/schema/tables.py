@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tritonrepo_client.model_repository.config_sets import CONFIG_SETS as CONFIG_SET_TABLE
-from tritonrepo_client.model_repository.dtypes import DATA_TYPES
+from tritonrepo_format.config_sets import CONFIG_SETS as CONFIG_SET_TABLE
+from tritonrepo_format.dtypes import DATA_TYPES
 
 DESCRIPTION_FILE = "pipeline.toml"
 DEFAULT_MAX_BATCH_SIZE = 32
@@ -23,11 +23,11 @@ REF_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # package.module:at
 
 # Triton's data types a description may use (model_config.proto DataType, without TYPE_; BF16
 # has no numpy type) and their numpy types: the one table,
-# tritonrepo_client.model_repository.dtypes (the description reader is generator-side code,
+# tritonrepo_format.dtypes (the description reader is generator-side code,
 # which reads the repository through that bottom layer; tests/layers.py).
 DTYPES: Mapping[str, str] = {d.name: d.numpy_name for d in DATA_TYPES if d.has_numpy}
 # The config sets a description deploys (the table of
-# tritonrepo_client.model_repository.config_sets): config.pbtxt, configs/cpu.pbtxt,
+# tritonrepo_format.config_sets): config.pbtxt, configs/cpu.pbtxt,
 # configs/torch_gpu.pbtxt.
 CONFIG_SETS = tuple(CONFIG_SET_TABLE)
 

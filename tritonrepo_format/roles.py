@@ -11,7 +11,7 @@ by hand.
   does), in order of name. ``make serve``, the container's entrypoint, the preflight and the
   GPU host's pack take this list.
 - **core**: a model whose config, in any config set of the table
-  (:data:`tritonrepo_client.model_repository.config_sets.CONFIG_SETS`), runs on that set's core
+  (:data:`tritonrepo_format.config_sets.CONFIG_SETS`), runs on that set's core
   runtime (a TensorRT plan, the ``onnxruntime_python`` or ``torch_python`` backend), not a
   Python step: the models with the core queue policy, whose files the builds make.
 - **one step**: a Python-backend model that runs a pipeline's core itself in a set
@@ -27,8 +27,8 @@ from pathlib import Path
 
 from google.protobuf import text_format
 
-from tritonrepo_client.model_repository.config_sets import CONFIG_SETS
-from tritonrepo_client.model_repository.configs import (
+from tritonrepo_format.config_sets import CONFIG_SETS
+from tritonrepo_format.configs import (
     ModelConfig,
     core_runtime_models,
     ensemble_steps,

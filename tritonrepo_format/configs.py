@@ -2,7 +2,7 @@
 and ensembles, and check ensembles offline.
 
 Which file a model's config is in for a config set is
-:func:`tritonrepo_client.model_repository.config_sets.config_path`.
+:func:`tritonrepo_format.config_sets.config_path`.
 
 ``text_format.Parse`` only validates field names, types and enums; :func:`check_ensemble` adds
 the graph checks Triton itself performs at load time (sources: Triton's ``ensemble_models.md``
@@ -20,7 +20,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritonrepo_client.model_repository.config_sets import (
+from tritonrepo_format.config_sets import (
     CONFIG_FILE,
     CONFIG_SETS,
     config_path,

@@ -77,6 +77,7 @@ from builders.gates.accuracy_gate import TOLERANCES
 from reference_data.click_log import ClickLog
 from tritonrepo.ctr import spec
 from tritonrepo.paths import BUILD_DIR
+from tritonrepo_format.config_sets import CPU_SET, TORCH_GPU_SET
 
 
 @dataclass(frozen=True)
@@ -322,7 +323,7 @@ def run_section(
             f"no CUDA GPU visible to PyTorch {torch.__version__}: run on the GPU host, or pass "
             "device='cpu' (--device cpu) to exercise the harness"
         )
-    config = model_config_name or ("torch_gpu" if device.startswith("cuda") else "cpu")
+    config = model_config_name or (TORCH_GPU_SET if device.startswith("cuda") else CPU_SET)
     precision = program_precision(config)
     knobs = knobs or (QUICK if quick else FULL)
     out.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from benchmarks.inputs import RankRequest
 from reference_data.click_log import HELDOUT_SPLIT, ClickLog, ClickLogGenerator
 from tritonrepo.ctr import spec
 from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo_format.config_sets import TORCH_GPU_SET
 
 WORKLOAD = spec.RANKING_ENSEMBLE
 CANDIDATES = inputs.CANDIDATES_PER_REQUEST  # 32 per user
@@ -46,7 +47,7 @@ def program_precision(model_config_name: str) -> str:
     Raises:
         FileNotFoundError: ``torch_gpu`` without a built program (``make artifacts-gpu``).
     """
-    if model_config_name != "torch_gpu":
+    if model_config_name != TORCH_GPU_SET:
         return "fp32"  # the cpu set serves the FP32 ONNX export
     path = MODEL_REPOSITORY / spec.CORE_MODEL / "1" / "torch_metadata.json"
     if not path.is_file():

@@ -35,6 +35,7 @@ from benchmarks.gpu_ctr_checks import AnswersDiffer, _post
 from benchmarks.gpu_load import Target, timed_levels
 from benchmarks.loadgen import Measurement
 from benchmarks.results import System
+from tritonrepo_format.config_sets import TORCH_GPU_SET
 
 PIPELINE = WORKLOAD = "digit_scans"
 INFER_PATH = f"/v2/models/{PIPELINE}/infer"
@@ -125,7 +126,7 @@ def served(requests, want, precision: str, knobs, out) -> System:
     from tritonrepo.server.launcher import ServerOptions, TritonServer, free_port
 
     options = ServerOptions(
-        models=(PIPELINE,), model_config_name="torch_gpu", http_port=free_port(),
+        models=(PIPELINE,), model_config_name=TORCH_GPU_SET, http_port=free_port(),
         grpc_port=free_port(), metrics_port=free_port(), http_guard=False,
         log_file=out / f"tritonserver_{PIPELINE}.log",
     )  # fmt: skip

@@ -54,6 +54,7 @@ from tritonrepo.image.preprocess import preprocess_image
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 from tritonrepo.runners.torch_runner import METADATA_FILE
 from tritonrepo.server.launcher import ServerOptions, TritonServer, free_port
+from tritonrepo_format.config_sets import TORCH_GPU_SET
 
 WORKLOAD = spec.ENSEMBLE
 BATCHES = (1, 32, 128)
@@ -293,7 +294,7 @@ def run_section(
     quick: bool,
     out: Path,
     device: str = "cuda:0",
-    config_set: str = "torch_gpu",
+    config_set: str = TORCH_GPU_SET,
     repository: Path = MODEL_REPOSITORY,
 ) -> list[System]:
     """Every image system of the module docstring; the server's log goes to ``out``.
@@ -373,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--output", type=Path, default=BUILD_DIR / "bench-gpu")
     parser.add_argument("--device", default="cuda:0")
-    parser.add_argument("--config-set", default="torch_gpu")
+    parser.add_argument("--config-set", default=TORCH_GPU_SET)
     parser.add_argument("--repository", type=Path, default=MODEL_REPOSITORY)
     args = parser.parse_args(argv)
     started = time.perf_counter()

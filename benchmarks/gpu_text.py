@@ -40,6 +40,7 @@ from tritonrepo.text import spec
 from tritonrepo.text.tokenization import TextTokenizer
 from tritonrepo_client import EmbeddingClient
 from tritonrepo_client.control.repository import RepositoryClient
+from tritonrepo_format.config_sets import TORCH_GPU_SET
 
 WORKLOAD = "text_embedding"
 ST_BATCHES = (32, 128, 512)
@@ -263,7 +264,7 @@ def text_section(run: Run, knobs: dict, out: Path) -> None:
         http_port=free_port(),
         grpc_port=free_port(),
         metrics_port=free_port(),
-        model_config_name="torch_gpu",
+        model_config_name=TORCH_GPU_SET,
         log_file=out / "tritonserver.log",
     )
     quick = knobs is QUICK

@@ -43,6 +43,7 @@ from benchmarks.naive_server import NaiveServer
 from builders.pipeline.in_process import InProcess
 from tritonrepo.description import Pipeline, Tensor, import_ref, load
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES
+from tritonrepo_format.config_sets import TORCH_GPU_SET
 
 NAME_ENV = "PIPELINE_FASTAPI_NAME"  # the pipeline app_from_env() serves
 DEVICE_ENV = "PIPELINE_FASTAPI_DEVICE"  # set: the saved torch module on this device (TorchCore)
@@ -106,7 +107,7 @@ class TorchCore(InProcess):
         self.dtype = {"fp16": torch.float16, "fp32": torch.float32}[precision]
         self.module = saved["module"].to(self.device, self.dtype).eval()
         self.inputs = list(saved["examples"])
-        config = load_config(config_path(MODEL_REPOSITORY, pipeline.core.model, "torch_gpu"))
+        config = load_config(config_path(MODEL_REPOSITORY, pipeline.core.model, TORCH_GPU_SET))
         self.names = [o.name for o in config.output]
         self.pre = import_ref(pipeline.preprocess.function)
         self.post = import_ref(pipeline.postprocess.function)

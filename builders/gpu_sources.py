@@ -39,8 +39,9 @@ from tritonrepo.server.artifact_checks import (
     TRACKED,
 )
 from tritonrepo.server.preflight import required_artifacts
+from tritonrepo_format.config_sets import TORCH_GPU_SET
 
-CONFIG_SET = "torch_gpu"
+CONFIG_SET = TORCH_GPU_SET
 SOURCE_WHEELS_FILE = "source-wheels.txt"  # requirement names, one a line, pinned by pack.sh
 
 

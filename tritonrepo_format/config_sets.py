@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_SET = "default"
+CPU_SET = "cpu"  # ONNX Runtime on CPU instances: what `make serve` loads
+TORCH_GPU_SET = "torch_gpu"  # torch.export programs on a GPU, without NVIDIA's container
 CONFIG_FOLDER = "configs"
 CONFIG_FILE = "config.pbtxt"
 
@@ -51,8 +53,8 @@ CONFIG_SETS: dict[str, ConfigSet] = {
     s.name: s
     for s in (
         ConfigSet(DEFAULT_SET, "gpu", "tensorrt_plan", "model.plan", "make build-plans"),
-        ConfigSet("cpu", "cpu", "onnxruntime_python", "model.onnx", "make artifacts"),
-        ConfigSet("torch_gpu", "gpu", "torch_python", "model.pt2", "make artifacts-gpu", 1 << 30),
+        ConfigSet(CPU_SET, "cpu", "onnxruntime_python", "model.onnx", "make artifacts"),
+        ConfigSet(TORCH_GPU_SET, "gpu", "torch_python", "model.pt2", "make artifacts-gpu", 1 << 30),
     )
 }
 

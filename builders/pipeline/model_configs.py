@@ -22,7 +22,7 @@ from tritonrepo.description import Core, Header, Step, Tensor
 from tritonrepo.description.schema import SequenceSpec
 from tritonrepo.server.queue_policy import PLAIN, priority_policy
 from tritonrepo_client.control.model_calls import CALLS_PARAMETER
-from tritonrepo_format.config_sets import CONFIG_SETS, DEFAULT_SET
+from tritonrepo_format.config_sets import CONFIG_SETS, DEFAULT_SET, TORCH_GPU_SET
 
 CODE_ROOT = "../.."  # from a model's folder to the checkout root: pipelines.<name> imports
 CONTROL_KINDS = {"start": "START", "end": "END", "ready": "READY", "corrid": "CORRID"}
@@ -117,8 +117,8 @@ def core_sets(core: Core) -> list[str]:
     """The config sets a core model gets: its own, and ``torch_gpu`` for a core built from an
     ONNX graph without one (ONNX Runtime stands in: :data:`NO_TORCH_PROGRAM`)."""
     sets = [*core.deployments]
-    if core.builder is None and "torch_gpu" not in sets:
-        sets.append("torch_gpu")
+    if core.builder is None and TORCH_GPU_SET not in sets:
+        sets.append(TORCH_GPU_SET)
     return sets
 
 
@@ -141,7 +141,7 @@ def core_config(
     note = ""
     if config_set == DEFAULT_SET and not tensorrt:
         note = no_tensorrt
-    elif config_set == "torch_gpu" and "torch_gpu" not in core.deployments:
+    elif config_set == TORCH_GPU_SET and TORCH_GPU_SET not in core.deployments:
         note = NO_TORCH_PROGRAM
     runtime_set = "cpu" if note else config_set  # the set whose runtime runs the model
     runtime = CONFIG_SETS[runtime_set]

@@ -32,9 +32,10 @@ from typing import Any
 import numpy as np
 
 from tritonrepo.description import Pipeline
+from tritonrepo_format.config_sets import TORCH_GPU_SET
 
 MODULE_FILE = "module.pt"  # beside model.onnx in the core's version folder
-CONFIG_SET = "torch_gpu"
+CONFIG_SET = TORCH_GPU_SET
 
 
 def module_path(repository: Path, pipeline: Pipeline) -> Path:

@@ -60,10 +60,10 @@ from tritonrepo.image import spec as image_spec
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 from tritonrepo.runners.torch_runner import METADATA_FILE
 from tritonrepo.text import spec as text_spec
-from tritonrepo_format.config_sets import config_path
+from tritonrepo_format.config_sets import TORCH_GPU_SET, config_path
 from tritonrepo_format.configs import core_runtime_models, load_config
 
-CONFIG_SET = "torch_gpu"
+CONFIG_SET = TORCH_GPU_SET
 # The models whose torch_gpu config runs a torch.export program (backend torch_python).
 MODELS = tuple(core_runtime_models(MODEL_REPOSITORY, CONFIG_SET))
 CTR_WEIGHTS = BUILD_DIR / "ctr" / "model.pt"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path, PurePosixPath
 
-from tritonrepo_format.config_sets import CONFIG_SETS, DEFAULT_SET, config_path
+from tritonrepo_format.config_sets import CONFIG_SETS, DEFAULT_SET, TORCH_GPU_SET, config_path
 from tritonrepo_format.config_sets import builds as config_set_builds
 from tritonrepo_format.configs import (
     ModelConfig,
@@ -40,7 +40,7 @@ KNOWN_BACKENDS = PYTHON_BACKENDS | {"tensorrt_plan", "tensorrt", "onnxruntime", 
 # What makes a required file (Artifact.build): in git, or the make target that writes it.
 TRACKED = "tracked"
 MAKE_ARTIFACTS = CONFIG_SETS["cpu"].build  # builders/*_onnx.py here, from the source weights
-MAKE_ARTIFACTS_GPU = CONFIG_SETS["torch_gpu"].build  # torch.export on the GPU host that serves
+MAKE_ARTIFACTS_GPU = CONFIG_SETS[TORCH_GPU_SET].build  # torch.export on the GPU host that serves
 MAKE_BUILD_PLANS = CONFIG_SETS[DEFAULT_SET].build  # TensorRT, in NVIDIA's builder container
 BUILDS = config_set_builds()  # core platform/backend -> its build; any other: MAKE_ARTIFACTS
 # onnx.TensorProto.DataType value -> Triton config data type.

@@ -29,7 +29,7 @@ from builders.pipeline.model_configs import version_folders
 from builders.pipeline.serving_forms.one_step import one_step_config, one_step_model_py
 from tritonrepo.description import Deployment, Pipeline, Step
 from tritonrepo.pipelines.chained_step import STAGES_FILE
-from tritonrepo_format.config_sets import CONFIG_FILE, set_file
+from tritonrepo_format.config_sets import CONFIG_FILE, TORCH_GPU_SET, set_file
 from tritonrepo_format.configs import parse_config
 from tritonrepo_format.roles import (
     ONE_STEP_PARAMETER,
@@ -37,7 +37,7 @@ from tritonrepo_format.roles import (
     STAGES_PARAMETER,
 )
 
-CHAINED_SET = "torch_gpu"
+CHAINED_SET = TORCH_GPU_SET
 CORE_CLASS = "tritonrepo.runners.torch_step:TorchProgramStep"  # backends/torch_python's model
 CHAINED_DOC = (
     "One Python-backend model on the GPU: preprocess -> core (torch.export program) ->\n"

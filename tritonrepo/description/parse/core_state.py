@@ -25,6 +25,7 @@ from tritonrepo.description.schema.tables import (
     REF_PATTERN,
     Deployment,
 )
+from tritonrepo_format.config_sets import CPU_SET, TORCH_GPU_SET
 
 
 def parse_states(r: Reader, raw: Any) -> tuple[StateTensor, ...]:
@@ -95,7 +96,7 @@ def parse_core_state(r: Reader, data: Mapping[str, Any]) -> CoreState | None:
     session = data.get("session")
     if not isinstance(sequence, dict) or "state" not in sequence:
         if isinstance(session, dict):
-            for key in ("step_class", "reference", "calls", "cpu", "torch_gpu", "parameters"):
+            for key in ("step_class", "reference", "calls", CPU_SET, TORCH_GPU_SET, "parameters"):
                 if key in session:
                     r.problem(f"session.{key}", "belongs to state in the core: add "
                               "[[sequence.state]] tables, or drop it")  # fmt: skip
@@ -120,17 +121,17 @@ def parse_core_state(r: Reader, data: Mapping[str, Any]) -> CoreState | None:
                   "by event)")  # fmt: skip
     calls = parse_calls(r, session.get("calls", []), "session.calls")
     own = {k: session[k] for k in ("instances", "parameters", "doc") if k in session}
-    if "torch_gpu" in session:
-        own["torch_gpu"] = session["torch_gpu"]
+    if TORCH_GPU_SET in session:
+        own[TORCH_GPU_SET] = session[TORCH_GPU_SET]
     sets = read_deployments(r, own, "session", {"default": Deployment()})
     cpu = sets.pop("default")  # the session's own fields: configs/cpu.pbtxt
-    sets = {"cpu": cpu, "torch_gpu": sets.get("torch_gpu", cpu)}
+    sets = {CPU_SET: cpu, TORCH_GPU_SET: sets.get(TORCH_GPU_SET, cpu)}
     candidates = r.get(sequence, "max_candidate_sequences", "sequence", int, None)
     if candidates is not None and candidates < 1:
         r.problem("sequence.max_candidate_sequences", f"{candidates}: give 1 or more")
     model = data.get("model")
     if isinstance(model, dict):
-        for key in ("cpu", "torch_gpu", "int8", "model"):
+        for key in (CPU_SET, TORCH_GPU_SET, "int8", "model"):
             if key in model:
                 r.problem(f"model.{key}", "with state in the core, [model] is config.pbtxt's "
                           "graph under the session's name; the cpu and torch_gpu sets run "

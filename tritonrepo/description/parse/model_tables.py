@@ -22,6 +22,7 @@ from tritonrepo.description.schema.tables import (
     Deployment,
     Step,
 )
+from tritonrepo_format.config_sets import TORCH_GPU_SET
 
 _STEP_KEYS = (
     "model",
@@ -31,7 +32,7 @@ _STEP_KEYS = (
     "calls",
     "doc",
     "cpu",
-    "torch_gpu",
+    TORCH_GPU_SET,
     *DEPLOYMENT_KEYS,
 )
 
@@ -116,7 +117,7 @@ _CORE_KEYS = (
     "output",
     "doc",
     "cpu",
-    "torch_gpu",
+    TORCH_GPU_SET,
     *DEPLOYMENT_KEYS,
 )
 
@@ -162,7 +163,7 @@ def read_core(r: Reader, raw: Any, name: str, max_batch_size: int) -> Core:
         if not isinstance(dims, list) or any(not isinstance(d, int) or d < 1 for d in dims):
             r.problem(f"{where}.fixed_dims.{key}", f"{dims!r}: give fixed sizes >= 1")
     doc = r.get(raw, "doc", where, str, "")
-    if "torch_gpu" in raw and sources["onnx"] is not None:
+    if TORCH_GPU_SET in raw and sources["onnx"] is not None:
         r.problem(
             f"{where}.torch_gpu",
             "a torch.export program (model.pt2) is exported from a torch module: give "

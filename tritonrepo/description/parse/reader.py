@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from tritonrepo.description.schema.tables import DTYPES, REF_PATTERN, Deployment, Tensor
+from tritonrepo_format.config_sets import CPU_SET, TORCH_GPU_SET
 
 
 class Reader:
@@ -190,7 +191,7 @@ def read_deployments(
     own = {k: raw[k] for k in DEPLOYMENT_KEYS if k in raw}
     default = _deployment(r, own, f"{where}", defaults["default"])
     out = {"default": default}
-    for name in ("cpu", "torch_gpu"):
+    for name in (CPU_SET, TORCH_GPU_SET):
         if name in raw:
             table = raw[name]
             if not isinstance(table, dict):

@@ -33,6 +33,7 @@ from tritonrepo.description.schema.tables import (
     DescriptionError,
     Step,
 )
+from tritonrepo_format.config_sets import TORCH_GPU_SET
 
 _TOP_KEYS = (
     "name",
@@ -208,6 +209,6 @@ def one_step_gpu_refusal(pipeline: Pipeline) -> str | None:
                 "per forward; the ensemble's core batches across requests")  # fmt: skip
     if pipeline.preprocess.calls or pipeline.postprocess.calls:
         return "a step calls other models"
-    if "torch_gpu" not in pipeline.core.deployments:
+    if TORCH_GPU_SET not in pipeline.core.deployments:
         return "its core has no torch_gpu set ([model.torch_gpu], a torch.export program)"
     return None

@@ -22,10 +22,11 @@ from tritonrepo.description.schema.stateful import (
     SessionSpec,
 )
 from tritonrepo.description.schema.tables import REF_PATTERN, Tensor
+from tritonrepo_format.config_sets import TORCH_GPU_SET
 
 # Fields of state in the core (tritonrepo.description.parse.core_state), read there.
 CORE_STATE_SEQUENCE_KEYS = ("state", "max_candidate_sequences")
-CORE_STATE_SESSION_KEYS = ("step_class", "reference", "calls", "parameters", "torch_gpu")
+CORE_STATE_SESSION_KEYS = ("step_class", "reference", "calls", "parameters", TORCH_GPU_SET)
 
 
 def parse_sequence(r: Reader, raw: Any) -> SequenceSpec:

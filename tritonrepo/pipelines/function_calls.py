@@ -20,27 +20,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tritonrepo.step.dtypes import NUMPY_DTYPES
 from tritonrepo.step.errors import InvalidRequest
 
 Tensors = dict[str, np.ndarray]
 UserFunction = Callable[[Tensors], Any]
 
-# Triton config data types -> numpy; TYPE_STRING (BYTES) travels as an object array of bytes.
-TRITON_DTYPES: Mapping[str, Any] = {
-    "TYPE_BOOL": np.bool_,
-    "TYPE_UINT8": np.uint8,
-    "TYPE_UINT16": np.uint16,
-    "TYPE_UINT32": np.uint32,
-    "TYPE_UINT64": np.uint64,
-    "TYPE_INT8": np.int8,
-    "TYPE_INT16": np.int16,
-    "TYPE_INT32": np.int32,
-    "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16,
-    "TYPE_FP32": np.float32,
-    "TYPE_FP64": np.float64,
-    "TYPE_STRING": np.object_,
-}
+# Triton config data types -> numpy (the stub side's one table).
+TRITON_DTYPES: Mapping[str, Any] = NUMPY_DTYPES
 
 
 class OutputCheckError(RuntimeError):

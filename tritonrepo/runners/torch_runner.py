@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from tritonrepo.runners.cuda_graphs import GraphedProgram, Grid
+from tritonrepo.step.dtypes import TORCH_DTYPE_NAMES
 from tritonrepo.step.errors import InvalidRequest, check_each
 
 Feed = dict[str, torch.Tensor]
@@ -227,26 +228,15 @@ def _program_device(program: torch.export.ExportedProgram) -> torch.device | Non
     return None
 
 
-_TORCH_DTYPES = {
-    "TYPE_FP16": "float16",
-    "TYPE_BF16": "bfloat16",
-    "TYPE_FP32": "float32",
-    "TYPE_FP64": "float64",
-    "TYPE_INT32": "int32",
-    "TYPE_INT64": "int64",
-    "TYPE_BOOL": "bool",
-}
-
-
 def torch_dtype(config_type: str) -> torch.dtype:
     """The ``torch`` dtype of a model-config ``data_type`` (``"TYPE_FP16"`` → ``torch.float16``).
 
     Raises:
         ValueError: a type with no ``torch`` counterpart here (e.g. ``TYPE_STRING``).
     """
-    if config_type not in _TORCH_DTYPES:
-        raise ValueError(f"no torch dtype for {config_type}; known: {sorted(_TORCH_DTYPES)}")
-    return getattr(torch, _TORCH_DTYPES[config_type])
+    if config_type not in TORCH_DTYPE_NAMES:
+        raise ValueError(f"no torch dtype for {config_type}; known: {sorted(TORCH_DTYPE_NAMES)}")
+    return getattr(torch, TORCH_DTYPE_NAMES[config_type])
 
 
 def graph_examples(model_config: dict) -> Feed:

@@ -28,7 +28,6 @@ import fs from 'fs';
 const INFER = /^\/v2\/models\/([A-Za-z0-9_.\-]+)\/infer$/;
 const SAFE_NAME = /^[A-Za-z0-9_.\-]{1,255}$/;
 const MAX_WEIGHT = 50;  // percent of requests a canary may take; more is a promotion
-const MEASURES = { cosine: 1, overlap: 1, exact: 1 };
 const DECISIONS = { start: 1, step: 1, promote: 1, rollback: 1, report: 1 };
 
 // A model name the routes may hold: SAFE_NAME, and not a name every object has already
@@ -128,54 +127,114 @@ function outputOf(answer, name) {
     return outputs.find((o) => o.name === name);
 }
 
+// An output's rows: one per item of the batch dim (the first of two dims or more), or the
+// whole output as one row (a one-dimensional output: a ranked list of ids, say).
 function rows(output) {
-    const width = output.shape.length > 1 ? output.shape[output.shape.length - 1] : output.data.length;
+    const shape = Array.isArray(output.shape) ? output.shape : [];
+    const count = shape.length > 1 ? shape[0] : 1;
+    const width = count > 0 ? Math.floor(output.data.length / count) : 0;
     const out = [];
-    for (let i = 0; i < output.data.length; i += width) {
-        out.push(output.data.slice(i, i + width));
+    for (let i = 0; i < count; i++) {
+        out.push(output.data.slice(i * width, (i + 1) * width));
     }
     return out;
 }
 
-// The answers' agreement on the declared output: the smallest cosine of a row (cosine), the
-// share of ids both answers list (overlap: |A ∩ B| / max(|A|, |B|)), or 1/0 for identical
-// values (exact); null when the output is missing from either answer.
-function agreement(spec, stable, canary) {
-    const a = outputOf(stable, spec.output);
-    const b = outputOf(canary, spec.output);
-    if (!a || !b || !Array.isArray(a.data) || !Array.isArray(b.data)) {
-        return null;
+function cosine(a, b) {
+    let dot = 0;
+    let na = 0;
+    let nb = 0;
+    for (let j = 0; j < a.length; j++) {
+        dot += a[j] * b[j];
+        na += a[j] * a[j];
+        nb += b[j] * b[j];
     }
-    if (spec.measure === 'overlap') {
+    return na > 0 && nb > 0 ? dot / Math.sqrt(na * nb) : (na === nb ? 1 : 0);
+}
+
+function argmax(row) {
+    let best = 0;
+    for (let j = 1; j < row.length; j++) {
+        if (row[j] > row[best]) {
+            best = j;
+        }
+    }
+    return best;
+}
+
+// One row's score of `measure` (docs/operations/canary.md, the measures): cosine (1 = same
+// direction), overlap (|A ∩ B| / max(|A|, |B|) of the ids), exact (1 when every value is
+// equal), abs_diff (the largest |a - b|), argmax (1 when the largest value is at the same
+// place), decision (1 when each value is on the same side of `threshold`).
+const MEASURES = {
+    cosine: (a, b) => cosine(a, b),
+    overlap: (a, b) => {
         const seen = {};
-        for (let i = 0; i < a.data.length; i++) {
-            seen[String(a.data[i])] = true;
+        for (let i = 0; i < a.length; i++) {
+            seen[String(a[i])] = true;
         }
-        const common = b.data.filter((v) => seen[String(v)] === true).length;
-        return common / Math.max(a.data.length, b.data.length, 1);
-    }
-    if (spec.measure === 'exact') {
-        return JSON.stringify(a.data) === JSON.stringify(b.data) ? 1 : 0;
-    }
-    const left = rows(a);
-    const right = rows(b);
-    if (left.length !== right.length) {
-        return 0;
-    }
-    let smallest = 1;
-    for (let i = 0; i < left.length; i++) {
-        let dot = 0;
-        let na = 0;
-        let nb = 0;
-        for (let j = 0; j < left[i].length; j++) {
-            dot += left[i][j] * right[i][j];
-            na += left[i][j] * left[i][j];
-            nb += right[i][j] * right[i][j];
+        const common = b.filter((v) => seen[String(v)] === true).length;
+        return common / Math.max(a.length, b.length, 1);
+    },
+    exact: (a, b) => (JSON.stringify(a) === JSON.stringify(b) ? 1 : 0),
+    abs_diff: (a, b) => {
+        let worst = 0;
+        for (let j = 0; j < a.length; j++) {
+            worst = Math.max(worst, Math.abs(a[j] - b[j]));
         }
-        const cosine = na > 0 && nb > 0 ? dot / Math.sqrt(na * nb) : (na === nb ? 1 : 0);
-        smallest = Math.min(smallest, cosine);
+        return worst;
+    },
+    argmax: (a, b) => (argmax(a) === argmax(b) ? 1 : 0),
+    decision: (a, b, spec) => {
+        const at = typeof spec.threshold === 'number' ? spec.threshold : 0.5;
+        for (let j = 0; j < a.length; j++) {
+            if ((a[j] >= at) !== (b[j] >= at)) {
+                return 0;
+            }
+        }
+        return 1;
+    },
+};
+
+// The specs a route compares: its `agreement` (one {output, measure} or a list of them).
+function specsOf(route) {
+    const declared = route.agreement;
+    if (!declared) {
+        return [];
     }
-    return smallest;
+    return Array.isArray(declared) ? declared : [declared];
+}
+
+function specKey(spec) {
+    return `${spec.output}:${spec.measure}`;
+}
+
+// The per-row scores of each spec on two answers: {"<output>:<measure>": [score per row]}; an
+// output missing from either answer, or of another shape, scores 0 (exact, argmax, decision,
+// overlap, cosine) or Infinity (abs_diff) on every row of the serving answer.
+function scores(specs, stable, canary) {
+    const out = {};
+    for (let i = 0; i < specs.length; i++) {
+        const spec = specs[i];
+        const measure = MEASURES[spec.measure];
+        const a = outputOf(stable, spec.output);
+        const b = outputOf(canary, spec.output);
+        if (!measure || !a || !Array.isArray(a.data)) {
+            continue;
+        }
+        const left = rows(a);
+        const worst = spec.measure === 'abs_diff' ? Infinity : 0;
+        if (!b || !Array.isArray(b.data) || JSON.stringify(a.shape) !== JSON.stringify(b.shape)) {
+            out[specKey(spec)] = left.map(() => worst);
+            continue;
+        }
+        const right = rows(b);
+        out[specKey(spec)] = left.map((row, k) => {
+            const value = measure(row, right[k], spec);
+            return Number.isFinite(value) ? value : worst;
+        });
+    }
+    return out;
 }
 
 async function timed(r, model, body) {
@@ -224,7 +283,8 @@ function jsonAnswers(parent) {
 }
 
 // The mirror subrequest: the served model and the canary answer the same body, at once; the
-// line logged holds both latencies (ms), both outcomes and the agreement. Nobody waits on it.
+// line logged holds both latencies (ms), both outcomes and each measure's score per row of the
+// answers. Nobody waits on it.
 async function shadow(r) {
     const model = r.variables.guard_shadow_model;
     const route = model ? routes(r)[model] : null;
@@ -242,12 +302,13 @@ async function shadow(r) {
         const pair = await Promise.all([timed(r, model, request.body), timed(r, route.canary, request.body)]);
         const stable = pair[0];
         const canary = pair[1];
-        const agree = stable.ok && canary.ok && route.agreement
-            ? agreement(route.agreement, stable.answer, canary.answer) : null;
+        const specs = specsOf(route);
+        const compared = stable.ok && canary.ok && specs.length > 0
+            ? scores(specs, stable.answer, canary.answer) : null;
         const line = {
             t: Date.now() / 1000, model: model, canary: route.canary,
             stable_ok: stable.ok, canary_ok: canary.ok, stable_ms: stable.ms, canary_ms: canary.ms,
-            agreement: agree,
+            scores: compared,
         };
         fs.appendFileSync(siblings(r, 'shadow.jsonl'), JSON.stringify(line) + '\n');
     } catch (e) {
@@ -264,28 +325,62 @@ function quantile(sorted, q) {
     return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
 }
 
+// Quantiles of per-row scores (sorted): what the canary judges (a share of rows, or a quantile
+// of them, not the single worst row).
+const QUANTILES = { p01: 0.01, p05: 0.05, p10: 0.10, p50: 0.5, p90: 0.90, p95: 0.95, p99: 0.99 };
+
+function distribution(values) {
+    const sorted = values.slice().sort((x, y) => x - y);
+    const out = { rows: sorted.length, mean: null, min: null, max: null };
+    if (!sorted.length) {
+        return out;
+    }
+    out.mean = sorted.reduce((x, y) => x + y, 0) / sorted.length;
+    out.min = sorted[0];
+    out.max = sorted[sorted.length - 1];
+    for (const name in QUANTILES) {
+        out[name] = quantile(sorted, QUANTILES[name]);
+    }
+    return out;
+}
+
 // The comparison of `model` with its canary since `since` (epoch seconds): requests compared,
-// failures of each, latency p50/p99 of each (ms), agreement mean and min.
+// failures of each, latency quantiles of each (ms), and for each compared measure the
+// distribution of its per-row scores (`measures`: {"<output>:<measure>": {rows, mean, min, max,
+// p01 ... p99}}).
 function summary(r, model, since) {
     const lines = readLines(siblings(r, 'shadow.jsonl')).filter((l) => l.model === model && l.t >= since);
     const ms = (key) => lines.map((l) => l[key]).sort((x, y) => x - y);
-    const agreements = lines.map((l) => l.agreement).filter((a) => typeof a === 'number');
     const stable = ms('stable_ms');
     const canary = ms('canary_ms');
-    return {
+    const perRow = {};
+    for (let i = 0; i < lines.length; i++) {
+        const s = lines[i].scores;
+        if (s && typeof s === 'object') {
+            for (const key in s) {
+                perRow[key] = (perRow[key] || []).concat(s[key]);
+            }
+        }
+    }
+    const measures = {};
+    for (const key in perRow) {
+        measures[key] = distribution(perRow[key]);
+    }
+    const out = {
         model: model,
         canary: lines.length ? lines[lines.length - 1].canary : null,
         compared: lines.length,
         stable_failed: lines.filter((l) => !l.stable_ok).length,
         canary_failed: lines.filter((l) => !l.canary_ok).length,
-        stable_p50_ms: quantile(stable, 0.5),
-        stable_p99_ms: quantile(stable, 0.99),
-        canary_p50_ms: quantile(canary, 0.5),
-        canary_p99_ms: quantile(canary, 0.99),
-        agreement_mean: agreements.length ? agreements.reduce((x, y) => x + y, 0) / agreements.length : null,
-        agreement_min: agreements.length ? Math.min.apply(null, agreements) : null,
-        agreements: agreements.length,
+        measures: measures,
     };
+    for (const name in QUANTILES) {
+        if (name === 'p50' || name === 'p90' || name === 'p95' || name === 'p99') {
+            out[`stable_${name}_ms`] = quantile(stable, QUANTILES[name]);
+            out[`canary_${name}_ms`] = quantile(canary, QUANTILES[name]);
+        }
+    }
+    return out;
 }
 
 // --- the admin API -------------------------------------------------------------------------
@@ -324,10 +419,17 @@ function checkedRoute(model, value) {
     if (value.weight + value.shadow > 100) {
         return "'weight' and 'shadow' together exceed 100 %";
     }
-    const spec = value.agreement;
-    if (spec !== undefined && spec !== null) {
-        if (typeof spec !== 'object' || typeof spec.output !== 'string' || !MEASURES[spec.measure]) {
-            return "'agreement' must be {\"output\": name, \"measure\": \"cosine\" | \"overlap\" | \"exact\"}";
+    const declared = value.agreement;
+    if (declared !== undefined && declared !== null) {
+        const specs = Array.isArray(declared) ? declared : [declared];
+        const names = Object.keys(MEASURES).join(' | ');
+        for (let i = 0; i < specs.length; i++) {
+            const spec = specs[i];
+            if (!spec || typeof spec !== 'object' || typeof spec.output !== 'string'
+                || !Object.prototype.hasOwnProperty.call(MEASURES, spec.measure)
+                || (spec.threshold !== undefined && typeof spec.threshold !== 'number')) {
+                return `'agreement' must be {"output": name, "measure": ${names}} or a list of them`;
+            }
         }
     }
     return null;
@@ -424,31 +526,49 @@ function metrics(r) {
         out.push(`tritonrepo_shadow_share${labels({ model: model, canary: all[model].canary })} ${all[model].shadow}`);
     }
     const compared = {};
+    const measured = {};
     const lines = readLines(siblings(r, 'shadow.jsonl'));
     for (let i = 0; i < lines.length; i++) {
         const l = lines[i];
         const key = `${l.model}\u0000${l.canary}`;
-        const c = compared[key] || (compared[key] = { model: l.model, canary: l.canary, n: 0, failed: 0, agreement: 0, agreed: 0 });
+        const c = compared[key] || (compared[key] = { model: l.model, canary: l.canary, n: 0, failed: 0 });
         c.n += 1;
         c.failed += l.canary_ok ? 0 : 1;
-        if (typeof l.agreement === 'number') {
-            c.agreement += l.agreement;
-            c.agreed += 1;
+        const s = l.scores && typeof l.scores === 'object' ? l.scores : {};
+        for (const name in s) {
+            const cut = name.lastIndexOf(':');
+            const mkey = `${key}\u0000${name}`;
+            const m = measured[mkey] || (measured[mkey] = { model: l.model, canary: l.canary,
+                output: name.slice(0, cut), measure: name.slice(cut + 1), rows: 0, sum: 0 });
+            for (let k = 0; k < s[name].length; k++) {
+                if (Number.isFinite(s[name][k])) {
+                    m.rows += 1;
+                    m.sum += s[name][k];
+                }
+            }
         }
     }
     out.push('# HELP tritonrepo_shadow_compared_total Requests answered by a model and its canary and compared.');
     out.push('# TYPE tritonrepo_shadow_compared_total counter');
     out.push('# HELP tritonrepo_shadow_canary_failed_total Compared requests the canary failed.');
     out.push('# TYPE tritonrepo_shadow_canary_failed_total counter');
-    out.push('# HELP tritonrepo_shadow_agreement_sum Sum of the compared answers\' agreement (cosine, overlap or exact).');
-    out.push('# TYPE tritonrepo_shadow_agreement_sum counter');
     const pairs = Object.keys(compared);
     for (let i = 0; i < pairs.length; i++) {
         const c = compared[pairs[i]];
         const l = labels({ model: c.model, canary: c.canary });
         out.push(`tritonrepo_shadow_compared_total${l} ${c.n}`);
         out.push(`tritonrepo_shadow_canary_failed_total${l} ${c.failed}`);
-        out.push(`tritonrepo_shadow_agreement_sum${l} ${c.agreement}`);
+    }
+    out.push('# HELP tritonrepo_shadow_rows_total Answer rows compared, per output and measure.');
+    out.push('# TYPE tritonrepo_shadow_rows_total counter');
+    out.push('# HELP tritonrepo_shadow_score_sum Sum of the compared rows\' scores (cosine, overlap, exact, abs_diff, argmax, decision), per output and measure.');
+    out.push('# TYPE tritonrepo_shadow_score_sum counter');
+    const scored = Object.keys(measured);
+    for (let i = 0; i < scored.length; i++) {
+        const m = measured[scored[i]];
+        const l = labels({ model: m.model, canary: m.canary, output: m.output, measure: m.measure });
+        out.push(`tritonrepo_shadow_rows_total${l} ${m.rows}`);
+        out.push(`tritonrepo_shadow_score_sum${l} ${m.sum}`);
     }
     const decisions = {};
     const made = readLines(siblings(r, 'decisions.jsonl'));

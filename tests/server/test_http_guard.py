@@ -18,6 +18,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -574,3 +575,83 @@ def test_the_guard_says_where_tritons_metrics_are_or_that_it_cannot(server, guar
     )  # fmt: skip
     assert done.returncode == 1, done.stdout
     assert "does not know Triton's metrics port" in done.stderr and "--metrics-url" in done.stderr
+
+
+class _TwoVersions(http.server.BaseHTTPRequestHandler):
+    """An upstream whose model ``serving`` and ``candidate`` answer fixed outputs: per row a
+    probability, class scores, a label, an embedding; and a ranked list of ids."""
+
+    protocol_version = "HTTP/1.1"
+    ANSWERS: ClassVar[dict[str, list[dict]]] = {
+        "serving": [
+            {"name": "P", "datatype": "FP32", "shape": [4, 1], "data": [0.2, 0.7, 0.9, 0.4]},
+            {"name": "S", "datatype": "FP32", "shape": [4, 3],
+             "data": [0.1, 0.8, 0.1, 0.6, 0.3, 0.1, 0.2, 0.2, 0.6, 0.3, 0.3, 0.4]},
+            {"name": "L", "datatype": "BYTES", "shape": [4, 1], "data": ["a", "b", "c", "d"]},
+            {"name": "E", "datatype": "FP32", "shape": [4, 2], "data": [1, 0, 0, 1, 1, 1, 3, 4]},
+            {"name": "IDS", "datatype": "INT64", "shape": [4], "data": [7, 8, 9, 10]},
+        ],
+        "candidate": [
+            {"name": "P", "datatype": "FP32", "shape": [4, 1], "data": [0.5, 0.6, 0.8, 0.1]},
+            {"name": "S", "datatype": "FP32", "shape": [4, 3],
+             "data": [0.2, 0.7, 0.1, 0.1, 0.8, 0.1, 0.1, 0.1, 0.8, 0.5, 0.2, 0.3]},
+            {"name": "L", "datatype": "BYTES", "shape": [4, 1], "data": ["a", "x", "c", "d"]},
+            {"name": "E", "datatype": "FP32", "shape": [4, 2], "data": [1, 0, 1, 0, 2, 2, 3, 4]},
+            {"name": "IDS", "datatype": "INT64", "shape": [4], "data": [8, 7, 1, 2]},
+        ],
+    }  # fmt: skip
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        model = self.path.split("/")[3]
+        body = json.dumps({"model_name": model, "outputs": self.ANSWERS[model]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_the_shadow_comparison_scores_every_row_by_each_measure() -> None:
+    """A route that compares five outputs by six measures: the guard's summary gives each
+    measure's per-row scores as computed by hand (the decision at 0.5 changes on row 0, by
+    0.3, as row 3 moves by 0.3 on the same side; the argmax on rows 1 and 3; the label on row 1;
+    the cosine is 1, 0, 1, 1; two of four ids are shared), so the canary judges shares and
+    quantiles of rows, not the worst one."""
+    require_guard()
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TwoVersions)
+    thread = threading.Thread(target=upstream.serve_forever, daemon=True)
+    thread.start()
+    guard = HttpGuard("127.0.0.1", free_port(), upstream.server_address[1], RUN_DIR / "measures")
+    specs = [{"output": "P", "measure": "decision", "threshold": 0.5},
+             {"output": "P", "measure": "abs_diff"}, {"output": "S", "measure": "argmax"},
+             {"output": "L", "measure": "exact"}, {"output": "E", "measure": "cosine"},
+             {"output": "IDS", "measure": "overlap"}]  # fmt: skip
+    body = json.dumps({"inputs": [{"name": "X", "datatype": "FP32", "shape": [4, 1],
+                                   "data": [1, 2, 3, 4]}]}).encode()  # fmt: skip
+    try:
+        with guard:
+            routes = GuardRoutes(f"127.0.0.1:{guard.listen_port}", {})
+            routes.clear_shadow("serving")  # a run directory of an earlier run keeps its lines
+            routes.set("serving", Route("candidate", 0.0, 100.0, specs))
+            for _ in range(3):
+                assert post(guard.listen_port, "/v2/models/serving/infer", body)[0] == 200
+            deadline = time.monotonic() + 30.0
+            summary = routes.shadow("serving")
+            while summary["compared"] < 3 and time.monotonic() < deadline:
+                time.sleep(0.1)
+                summary = routes.shadow("serving")
+            routes.remove("serving")
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
+    measures = summary["measures"]
+    assert summary["compared"] == 3 and summary["canary_failed"] == 0, summary
+    assert measures["P:decision"]["rows"] == 12 and measures["P:decision"]["mean"] == 0.75
+    assert measures["P:abs_diff"]["max"] == pytest.approx(0.3)
+    assert measures["S:argmax"]["mean"] == 0.5 and measures["L:exact"]["mean"] == 0.75
+    assert measures["E:cosine"]["min"] == pytest.approx(0.0) and measures["E:cosine"]["p50"] == 1
+    assert measures["IDS:overlap"]["rows"] == 3 and measures["IDS:overlap"]["mean"] == 0.5

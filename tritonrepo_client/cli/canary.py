@@ -53,7 +53,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument(
         "--min-agreement",
         type=float,
-        help="default: the pipeline's declared min (tritonrepo_canary)",
+        help="the limit of every output compared by a share of agreeing rows (labels, argmax, "
+        "decisions) or a quantile of their similarity (5th percentile of cosine or overlap); "
+        "default: each measure's own, or the pipeline's declared [canary] min; refused when no "
+        "output is compared so",
     )
     cmd.add_argument(
         "--metrics-url",

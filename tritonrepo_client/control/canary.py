@@ -10,16 +10,17 @@ promoted or rolled back by itself.
    canary ensemble ``<pipeline>__canary``, the pipeline's config with the step pinned to N, is
    loaded through the load API (a config and a placeholder version folder);
 3. **shadow, then steps**: the guard copies ``shadow`` percent of the pipeline's requests to the
-   canary and compares the answers (the pipeline's declared agreement: cosine of embeddings,
-   overlap of ranked ids); then, for each weight of ``steps`` (percent), sends that share of
-   requests to the canary ensemble and watches one analysis window: Triton's per-model
+   canary and compares the answers, every output by a measure of its type (or the pipeline's
+   declared ``[canary]``: :mod:`tritonrepo_client.control.canary_measures`); then, for each
+   weight of ``steps`` (percent), sends that share of requests to the canary ensemble and
+   watches one analysis window: Triton's per-model
    request, failure and p99 figures of both ensembles, and the shadow comparison;
 4. **decide**: the canary is rolled back at once when it fails more than the serving version
    (by ``max_error_ratio_delta``), its latency is over ``max_p99_ratio`` times the serving one's
    (``canary_policy.slower``: on the shadow copies, which both answer at once, or on Triton's
-   figures without enough of them; the p99, or the p50 while there are fewer than 1,000
-   requests), or its answers agree less than ``min_agreement``; after the last step it is
-   promoted;
+   figures without enough of them; at the quantile the window's requests support), or a
+   compared output breaks its limit (a share of agreeing rows, or a quantile of their
+   similarity); after the last step it is promoted;
 5. **promote**: the pipeline is pinned to N, the route removed, the canary ensemble unloaded,
    ``model`` serves N alone and the pipeline's own config is loaded back. **Roll back**: the
    route removed, the canary ensemble unloaded, ``model`` serves ``old`` alone, the pipeline's
@@ -41,7 +42,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tritonrepo_client.connection import ClientError
-from tritonrepo_client.control.canary_policy import CanaryPolicy, judge
+from tritonrepo_client.control.canary_measures import (
+    Measure,
+    default_measures,
+    with_declared,
+    with_min_agreement,
+)
+from tritonrepo_client.control.canary_policy import CanaryPolicy, compared_line, judge
 from tritonrepo_client.control.guard_routes import GuardRoutes, Route
 from tritonrepo_client.control.live_metrics import Window, snapshot
 from tritonrepo_client.control.repository import RepositoryClient
@@ -59,7 +66,8 @@ class CanaryError(ClientError):
 @dataclass
 class CanaryReport:
     """What happened: ``decision`` (``promote``, ``rollback``, or ``report`` after a shadow
-    window alone), ``reason``, and one line per step and window."""
+    window alone), ``reason``, one line per step and window, and what the shadow copies
+    compared (``compared``: ``<output>:<measure>`` each)."""
 
     pipeline: str
     model: str
@@ -69,6 +77,7 @@ class CanaryReport:
     reason: str = ""
     lines: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    compared: list[str] = field(default_factory=list)
 
 
 def step_of(config: dict[str, Any], model: str) -> dict[str, Any]:
@@ -102,13 +111,37 @@ def declared_agreement(config: dict[str, Any]) -> dict[str, Any] | None:
     return json.loads(text) if text else None
 
 
+def compared_measures(
+    repo: RepositoryClient, pipeline: str, config: dict[str, Any], min_agreement: float | None
+) -> list[Measure]:
+    """What the shadow copies compare: every output of ``pipeline`` by a measure chosen from its
+    datatype and shape, the one its ``[canary]`` declares its way, every share and quantile
+    limit ``min_agreement`` when given (:mod:`tritonrepo_client.control.canary_measures`).
+
+    Raises:
+        CanaryError: ``min_agreement`` given and no output takes it, or the declaration names a
+            measure the guard does not have; ClientError: the metadata cannot be read.
+    """
+    metadata = repo.connection.client.get_model_metadata(pipeline)
+    outputs = metadata["outputs"] if isinstance(metadata, dict) else [
+        {"name": o.name, "datatype": o.datatype, "shape": list(o.shape)}
+        for o in metadata.outputs
+    ]  # fmt: skip
+    batched = int(config.get("max_batch_size", 0) or 0) > 0
+    try:
+        measures = with_declared(default_measures(outputs, batched), declared_agreement(config))
+        return with_min_agreement(measures, min_agreement)
+    except ValueError as exc:
+        raise CanaryError(str(exc)) from None
+
+
 def _watch(
     pipeline: str,
     canary: str,
     routes: GuardRoutes,
     metrics_url: str,
     policy: CanaryPolicy,
-    min_agreement: float | None,
+    measures: list[Measure],
 ) -> tuple[str | None, str]:
     """One analysis window: ``(why the canary must go, or None; the window's figures)``. It
     ends early on a reason, and is extended (up to twice) until the canary had
@@ -121,7 +154,7 @@ def _watch(
         time.sleep(policy.interval_s)
         window.add(snapshot(metrics_url))
         shadow = routes.shadow(pipeline, began)
-        why = judge(window, pipeline, canary, shadow, policy, min_agreement)
+        why = judge(window, pipeline, canary, shadow, policy, measures)
         requests, failed = window.requests(canary, ensemble=True)
         now = time.monotonic()
         if why or (now >= deadline and requests >= policy.min_requests) or now >= longest:
@@ -136,7 +169,7 @@ def _watch(
         f"canary {requests:.0f} requests, {failed:.0f} failed, p50/p99 "
         f"{ms(window.worst_p50_us, canary)}/{ms(window.worst_p99_us, canary)} ms (serving "
         f"{ms(window.worst_p50_us, pipeline)}/{ms(window.worst_p99_us, pipeline)} ms); shadow "
-        f"{shadow.get('compared', 0)} compared, agreement min {shadow.get('agreement_min')}, "
+        f"{shadow.get('compared', 0)} compared ({compared_line(shadow, measures)}), "
         f"p50/p99 {shadow.get('canary_p50_ms')}/{shadow.get('canary_p99_ms')} ms (serving "
         f"{shadow.get('stable_p50_ms')}/{shadow.get('stable_p99_ms')} ms)"
     )
@@ -199,12 +232,10 @@ def canary_rollout(
         )
     old = serving[0]
     canary = pipeline + CANARY_SUFFIX
-    declared = declared_agreement(config)
-    min_agreement = policy.min_agreement
-    if min_agreement is None and declared is not None:
-        min_agreement = declared.get("min")
-    agreement = {k: declared[k] for k in ("output", "measure")} if declared else None
+    measures = compared_measures(repo, pipeline, config, policy.min_agreement)
+    agreement = [m.route_spec() for m in measures] or None
     report = CanaryReport(pipeline, model, old, version)
+    report.compared = [m.key for m in measures]
 
     def line(text: str) -> None:
         report.lines.append(text)
@@ -232,7 +263,7 @@ def canary_rollout(
             routes.set(pipeline, Route(canary, weight, policy.shadow, agreement))
             if weight:
                 decide("step", weight, f"{weight:g} % of requests to {canary}")
-            why, figures = _watch(pipeline, canary, routes, metrics_url, policy, min_agreement)
+            why, figures = _watch(pipeline, canary, routes, metrics_url, policy, measures)
             line(f"window at {weight:g} %: {figures}")
             if why is not None:
                 undo()

@@ -4,16 +4,25 @@ each analysis window's figures (Triton's per-model summaries and the guard's sha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tritonrepo_client.control.canary_measures import Measure
 from tritonrepo_client.control.live_metrics import Window
 
 # Requests a window needs before the canary's p99 is compared (its p50 before): ten of them
 # above the 0.99 quantile. Of fewer than 100 the 0.99 quantile is the slowest one; of a few
-# hundred it is decided by whether two or three requests were held up (on Triton often: a
-# batcher waits out 500 ms now and then, docs/known_issues.md), on either version.
+# hundred it is decided by whether two or three requests were held up (a host's hiccup, or a
+# batcher waiting out 500 ms with a queue policy, docs/known_issues.md), on either version.
 P99_REQUESTS = 1000
+# The latency quantile a window of n compared requests supports, highest first: the quantile
+# with ten requests above it (the shadow copies, which the guard summarises at each of these).
+SUPPORTED_QUANTILES = ((1000, "p99"), (200, "p95"), (100, "p90"), (0, "p50"))
+# However few the requests, a canary whose p99 is this many times the serving version's is
+# rolled back (from 100 requests on: of fewer, a p99 is one slow request).
+GROSS_P99_RATIO = 5.0
+GROSS_P99_REQUESTS = 100
 
 
 @dataclass(frozen=True)
@@ -29,10 +38,11 @@ class CanaryPolicy:
         min_requests: canary requests a window needs before it may pass (fewer: it is
             extended, up to twice).
         max_error_ratio_delta: the canary's failed share may exceed the serving one's by this.
-        max_p99_ratio: the canary's p99 (its p50 while it has had fewer than ``P99_REQUESTS``
-            requests in the window) may be this many times the serving one's.
-        min_agreement: the smallest agreement of a compared answer (None: the pipeline's
-            declared ``min``, or no agreement check).
+        max_p99_ratio: the canary's latency at the quantile its requests support
+            (:func:`slower`) may be this many times the serving one's.
+        min_agreement: the limit of every compared output judged by a share of agreeing rows
+            or a quantile of their similarity (``--min-agreement``; None: each measure's own,
+            :mod:`tritonrepo_client.control.canary_measures`).
     """
 
     steps: tuple[float, ...] = (10.0, 50.0)
@@ -64,6 +74,12 @@ class CanaryPolicy:
             raise ValueError(f"min_requests {self.min_requests}: give at least 1")
 
 
+def supported_quantile(requests: float) -> str:
+    """The highest latency quantile ``requests`` compared requests support
+    (:data:`SUPPORTED_QUANTILES`): ``p99``, ``p95``, ``p90`` or ``p50``."""
+    return next(label for least, label in SUPPORTED_QUANTILES if requests >= least)
+
+
 def slower(
     window: Window,
     shadow: dict[str, Any],
@@ -76,31 +92,44 @@ def slower(
 
     The latencies compared are those of the shadow copies (``shadow``, the guard's summary of
     the window) once there are ``policy.min_requests`` of them: each copy is answered by both
-    versions at once, so the two see the same inputs under the same load. Without enough copies
-    they are Triton's own summaries of the canary ensemble (``requests`` in the window) and of
-    the pipeline (:mod:`tritonrepo_client.control.live_metrics`), from ``policy.min_requests``
-    canary requests on. Either way the p99 is compared from ``P99_REQUESTS`` requests on and
-    the p50 before: a p99 of fewer rests on a few requests held up (a host's hiccup, or
-    Triton's batcher waiting out its 500 ms with a queue policy: docs/known_issues.md), which
-    do not make a version slow.
+    versions at once, so the two see the same inputs under the same load; the quantile is the
+    highest the copies support (:func:`supported_quantile`). Without enough copies they are
+    Triton's own summaries of the canary ensemble (``requests`` in the window) and of the
+    pipeline (:mod:`tritonrepo_client.control.live_metrics`, which keeps p50 and p99), from
+    ``policy.min_requests`` canary requests on: the p99 from ``P99_REQUESTS`` requests on, the
+    p50 before. Either way a p99 over :data:`GROSS_P99_RATIO` times the serving one rolls the
+    canary back from :data:`GROSS_P99_REQUESTS` requests on, whatever quantile is compared.
     """
     copies = shadow.get("compared") or 0
+    checks: list[tuple[str, float, float, float]] = []  # label, ours, theirs, ratio
     if copies >= policy.min_requests:
-        label = "p99" if copies >= P99_REQUESTS else "p50"
-        ours, theirs = shadow.get(f"canary_{label}_ms"), shadow.get(f"stable_{label}_ms")
-        basis = f"{copies} shadow copies"
+        basis, count = f"{copies} shadow copies", copies
+        label = supported_quantile(copies)
+
+        def figure(side: str, name: str) -> float:
+            return float(shadow.get(f"{side}_{name}_ms") or 0.0)
+
+        checks.append((label, figure("canary", label), figure("stable", label),
+                       policy.max_p99_ratio))  # fmt: skip
+        gross = (figure("canary", "p99"), figure("stable", "p99"))
     elif requests >= policy.min_requests:
+        basis, count = f"{requests:.0f} requests", requests
         label = "p99" if requests >= P99_REQUESTS else "p50"
         worst_us = window.worst_p99_us if label == "p99" else window.worst_p50_us
-        ours, theirs = worst_us.get(canary, 0.0) / 1000, worst_us.get(pipeline, 0.0) / 1000
-        basis = f"{requests:.0f} requests"
+        checks.append((label, worst_us.get(canary, 0.0) / 1000, worst_us.get(pipeline, 0.0) / 1000,
+                       policy.max_p99_ratio))  # fmt: skip
+        gross = (window.worst_p99_us.get(canary, 0.0) / 1000,
+                 window.worst_p99_us.get(pipeline, 0.0) / 1000)  # fmt: skip
     else:
         return None
-    if ours and theirs and ours > policy.max_p99_ratio * theirs:
-        return (
-            f"the canary's {label} is {ours:.1f} ms over {basis}, over "
-            f"{policy.max_p99_ratio:g} x the serving version's {theirs:.1f} ms"
-        )
+    if count >= GROSS_P99_REQUESTS and checks[0][0] != "p99":
+        checks.append(("p99", *gross, GROSS_P99_RATIO))
+    for label, ours, theirs, ratio in checks:
+        if ours and theirs and ours > ratio * theirs:
+            return (
+                f"the canary's {label} is {ours:.1f} ms over {basis}, over "
+                f"{ratio:g} x the serving version's {theirs:.1f} ms"
+            )
     return None
 
 
@@ -110,9 +139,13 @@ def judge(
     canary: str,
     shadow: dict[str, Any],
     policy: CanaryPolicy,
-    min_agreement: float | None,
+    measures: Sequence[Measure] = (),
 ) -> str | None:
-    """Why the canary must be rolled back after ``window``, or None."""
+    """Why the canary must be rolled back after ``window``, or None: it failed more requests
+    than the serving version (by ``max_error_ratio_delta``), it is slower
+    (:func:`slower`), it failed shadow copies, or a compared output breaks its limit
+    (``measures``, judged on the guard's per-row scores of the window:
+    :mod:`tritonrepo_client.control.canary_measures`)."""
     requests, failed = window.requests(canary, ensemble=True)
     served, served_failed = window.requests(pipeline, ensemble=True)
     ratio = failed / requests if requests else 0.0
@@ -127,10 +160,14 @@ def judge(
         return too_slow
     if shadow.get("canary_failed"):
         return f"the canary failed {shadow['canary_failed']} of {shadow['compared']} shadow copies"
-    low = shadow.get("agreement_min")
-    if min_agreement is not None and low is not None and low < min_agreement:
-        return (
-            f"the canary's answers agree {low:.4f} at worst with the serving version's "
-            f"over {shadow['agreements']} shadow copies (required ≥ {min_agreement:g})"
-        )
+    compared = shadow.get("measures") or {}
+    for measure in measures:
+        if measure.failed(compared.get(measure.key)):
+            return f"the canary's answers differ: {measure.describe(compared.get(measure.key))}"
     return None
+
+
+def compared_line(shadow: dict[str, Any], measures: Sequence[Measure]) -> str:
+    """What the shadow copies compared, one phrase per measure (for the window's line)."""
+    compared = shadow.get("measures") or {}
+    return "; ".join(m.describe(compared.get(m.key)) for m in measures) or "no output compared"

@@ -24,12 +24,14 @@ class GuardRoutesError(ClientError):
 class Route:
     """One model's route: ``canary`` (the model that answers the canary share), ``weight``
     (percent of requests it answers, 0 to 50), ``shadow`` (percent copied to it and compared),
-    ``agreement`` (``{"output": name, "measure": "cosine" | "overlap" | "exact"}`` or None)."""
+    ``agreement`` (what the shadow copies compare: a list of ``{"output", "measure"[,
+    "threshold"]}``, measures ``exact``, ``argmax``, ``decision``, ``cosine``, ``overlap``,
+    ``abs_diff``; or None)."""
 
     canary: str
     weight: float
     shadow: float
-    agreement: dict[str, str] | None = None
+    agreement: list[dict[str, Any]] | dict[str, Any] | None = None
 
 
 class GuardRoutes:
@@ -123,8 +125,10 @@ class GuardRoutes:
 
     def shadow(self, model: str, since: float = 0.0) -> dict[str, Any]:
         """The shadow comparison of ``model`` with its canary since ``since`` (epoch seconds):
-        ``compared``, ``stable_failed``, ``canary_failed``, ``*_p50_ms``, ``*_p99_ms``,
-        ``agreement_mean``, ``agreement_min``, ``agreements``."""
+        ``compared``, ``stable_failed``, ``canary_failed``, ``*_p50_ms``, ``*_p90_ms``,
+        ``*_p95_ms``, ``*_p99_ms``, and ``measures``: for each ``<output>:<measure>``, the
+        distribution of its per-row scores (``rows``, ``mean``, ``min``, ``max``, ``p01`` to
+        ``p99``)."""
         return self._call("GET", f"/_guard/shadow/{model}?since={since:.3f}")
 
     def clear_shadow(self, model: str) -> None:

@@ -183,11 +183,11 @@ k8s-validate: setup k8s-deps
 
 bench: artifacts perf-deps guard-deps
 	$(PY) -m benchmarks $(BENCH_ARGS)
-	$(PY) -m benchmarks.priority
+	$(PY) -m benchmarks.serving.priority
 
 # Real-time vs bulk priority under a flood (~3 min; build/bench/priority.md); part of make bench.
 bench-priority: artifacts
-	$(PY) -m benchmarks.priority
+	$(PY) -m benchmarks.serving.priority
 
 bench-quick: artifacts perf-deps guard-deps
 	$(PY) -m benchmarks --quick $(BENCH_ARGS)
@@ -199,20 +199,20 @@ bench-pipelines: artifacts perf-deps guard-deps
 
 # A small described pipeline through the HTTP guard vs Triton's own port and vs its FastAPI
 # service, a few seconds each (~40 s): exit 1 only on a gross regression (CI runs it after the
-# tests; benchmarks/ratio_smoke.py gives the floors).
+# tests; benchmarks/serving/ratio_smoke.py gives the floors).
 bench-smoke: artifacts perf-deps guard-deps
-	$(PY) -m benchmarks.ratio_smoke $(BENCH_ARGS)
+	$(PY) -m benchmarks.serving.ratio_smoke $(BENCH_ARGS)
 
 # The shipped ensembles' latency tail at concurrency 1, 4 and 16 (~3 min; add
-# BENCH_ARGS=--priorities for the tail a queue policy gives): benchmarks/ensemble_tails.py.
+# BENCH_ARGS=--priorities for the tail a queue policy gives): benchmarks/serving/ensemble_tails.py.
 bench-tails: artifacts perf-deps guard-deps
-	$(PY) -m benchmarks.ensemble_tails $(BENCH_ARGS)
+	$(PY) -m benchmarks.serving.ensemble_tails $(BENCH_ARGS)
 
 soak: artifacts
-	$(PY) -m benchmarks.soak --minutes $(SOAK_MINUTES)
+	$(PY) -m benchmarks.serving.soak --minutes $(SOAK_MINUTES)
 
 profile: artifacts perf-deps
-	$(PY) -m benchmarks.profile $(BENCH_ARGS)
+	$(PY) -m benchmarks.ensembles.profile $(BENCH_ARGS)
 
 int8-study: artifacts
 	$(PY) -m builders.gates.int8_study

@@ -3,11 +3,13 @@
 Usage: ``python -m benchmarks [--quick] [--workload text_embedding|ctr|image_classification]
 [--levels 1,4,16] [--output DIR]``
 
-One run measures, one system after another on the same inputs (``benchmarks/inputs.py``):
+One run measures, one system after another on the same inputs (``benchmarks/harness/inputs.py``):
 in-process baselines, the naive FastAPI servers, and the Triton ensembles with their variants
-(``benchmarks/text_embedding.py``, ``benchmarks/ctr.py``, ``benchmarks/image.py``). It checks
+(``benchmarks/ensembles/text_embedding.py``, ``benchmarks/ensembles/ctr.py``,
+``benchmarks/ensembles/image.py``). It checks
 every system's outputs before timing it, then writes ``results.json``, ``report.md`` (a table per
-workload and the speed comparisons of ``benchmarks.targets`` as ratios from this run) and PNG
+workload and the speed comparisons of ``benchmarks.harness.targets`` as ratios from this run) and
+PNG
 plots of throughput and p50/p95/p99 latency against concurrency into ``build/bench/``.
 ``--quick`` (CI) takes a few seconds per system and asserts no speed.
 """
@@ -23,21 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import (
-    ctr,
-    feature_cost,
-    image,
-    inputs,
-    machine,
-    report,
-    targets,
-    text_embedding,
-    triton_side,
-)
-from benchmarks.guard import guard_cost
-from benchmarks.guard import steps as guard_steps
-from benchmarks.results import Run
-from benchmarks.settings import Settings
+from benchmarks.ensembles import ctr, feature_cost, image, text_embedding
+from benchmarks.ensembles.guard import guard_cost
+from benchmarks.ensembles.guard import steps as guard_steps
+from benchmarks.harness import inputs, machine, report, targets, triton_side
+from benchmarks.harness.results import Run
+from benchmarks.harness.settings import Settings
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 from tritonrepo.text import spec
 from tritonrepo.text.tokenization import TextTokenizer
@@ -72,7 +65,7 @@ def describe_inputs(
     if files:
         out["Images"] = (
             f"{len(files)} JPEG files of real photographs (scikit-image's, cropped, flipped and "
-            f"re-lit: `benchmarks/image.py`), {min(map(len, files)) // 1024}-"
+            f"re-lit: `benchmarks/ensembles/image.py`), {min(map(len, files)) // 1024}-"
             f"{max(map(len, files)) // 1024} KiB, one per request"
         )
     return out

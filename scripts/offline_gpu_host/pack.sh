@@ -67,7 +67,7 @@ download --no-deps -d "$stage/server" "$(pin numpy)" "$(pin nvidia-cuda-runtime-
   && rm -rf deb libb64-0d_*.deb)
 [[ -f $stage/server/libb64.so.0d ]] || { echo "pack.sh: no libb64.so.0d (apt-get download)" >&2; exit 1; }
 # wrk (Debian's, with its LuaJIT) drives bench-gpu's CTR rows: the Python load generator's one
-# process tops out near 3,000 requests/s there (benchmarks/gpu_load.py).
+# process tops out near 3,000 requests/s there (benchmarks/gpu/load.py).
 (cd "$stage/server" && apt-get download -q wrk libluajit-5.1-2 >/dev/null 2>&1 \
   && for deb in wrk_*.deb libluajit-5.1-2_*.deb; do dpkg-deb -x "$deb" deb; done \
   && cp deb/usr/bin/wrk . && cp -L deb/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2 . \
@@ -79,7 +79,7 @@ download --no-deps -d "$stage/site" tritonclient==2.51.0 "$(pin protobuf)" "$(pi
   "$(pin hypothesis)" python-rapidjson geventhttpclient gevent greenlet zope.event \
   zope.interface brotli certifi urllib3 pluggy iniconfig sortedcontainers "$(pin py-spy)" \
   "${source_wheels[@]}"
-# The naive FastAPI server of bench-gpu (benchmarks/naive_server.py: gunicorn with uvicorn
+# The naive FastAPI server of bench-gpu (benchmarks/harness/naive_server.py: gunicorn with uvicorn
 # workers), with whatever they depend on, resolved for Python 3.12.
 download -d "$stage/site" "$(pin fastapi)" "$(pin uvicorn)" "$(pin gunicorn)" "$(pin uvicorn-worker)"
 

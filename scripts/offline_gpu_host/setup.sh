@@ -72,7 +72,7 @@ fi
 infinity=("$incoming"/infinity/*.whl)
 if ((${#infinity[@]})); then
   # infinity-emb (bench-gpu's embedding server) in a folder of its own, never on PYTHONPATH: its
-  # sentence-transformers 3 and transformers 4 would hide the host's (benchmarks/embedding_server.py
+  # sentence-transformers 3 and transformers 4 would hide the host's (benchmarks/ensembles/embedding_server.py
   # puts it first for the infinity-emb process only).
   fresh=$(mktemp -d "$dest/infinity.XXXX")
   python -m pip install --quiet --no-index --no-deps --target "$fresh" "${infinity[@]}"

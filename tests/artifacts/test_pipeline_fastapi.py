@@ -1,4 +1,5 @@
-"""The FastAPI baseline of ``make bench-pipelines`` (benchmarks/pipeline_fastapi.py) answers what
+"""The FastAPI baseline of ``make bench-pipelines`` (benchmarks/pipelines/fastapi_service.py)
+answers what
 the pipeline answers: under a real gunicorn with two uvicorn workers, every sample row in its own
 request and all rows in one request equal the description's functions and built model called in
 this process (tests.pipeline_suite.in_process); a value the preprocess function refuses gets
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks.pipeline_fastapi import (
+from benchmarks.pipelines.fastapi_service import (
     PipelineFastApi,
     answer_arrays,
     describe,

@@ -1,4 +1,4 @@
-"""The ctr_ranking section of ``make bench-gpu`` (``benchmarks/gpu_ctr.py``).
+"""The ctr_ranking section of ``make bench-gpu`` (``benchmarks/gpu/ctr.py``).
 
 CPU tests: the answer checks, the request bodies, the in-process reference against
 ``builders.onnx_export.ctr_network.predict`` (the reference implementation) and the summary's
@@ -14,9 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import gpu_ctr, gpu_ctr_checks, gpu_ctr_in_process, gpu_ctr_summary
-from benchmarks.loadgen import Measurement
-from benchmarks.results import IN_PROCESS, System
+from benchmarks.gpu import ctr as gpu_ctr
+from benchmarks.gpu import ctr_checks as gpu_ctr_checks
+from benchmarks.gpu import ctr_in_process as gpu_ctr_in_process
+from benchmarks.gpu import ctr_summary as gpu_ctr_summary
+from benchmarks.harness.loadgen import Measurement
+from benchmarks.harness.results import IN_PROCESS, System
 from builders.onnx_export import ctr_network
 from tests.conftest import NEEDS_GPU
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY

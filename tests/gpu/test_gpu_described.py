@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from benchmarks import gpu_described
+from benchmarks.gpu import described as gpu_described
 from tests.conftest import GPU_SERVER_MARKS, server_options
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.runners.torch_runner import METADATA_FILE

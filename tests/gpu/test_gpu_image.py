@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.gpu_image import served_log_probabilities
+from benchmarks.gpu.image import served_log_probabilities
 from builders.torch_programs.image_export import GATES, ranking_mismatches
 from reference_data import photos
 from tests.conftest import GPU_SERVER_MARKS, server_options

@@ -15,9 +15,9 @@ import threading
 import numpy as np
 import pytest
 
-from benchmarks import report, targets
-from benchmarks.loadgen import Measurement, run_closed_loop
-from benchmarks.results import IN_PROCESS, Run, System
+from benchmarks.harness import report, targets
+from benchmarks.harness.loadgen import Measurement, run_closed_loop
+from benchmarks.harness.results import IN_PROCESS, Run, System
 from tritonrepo.paths import REPO_ROOT
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -137,7 +137,8 @@ def test_report_has_tables_and_plots(tmp_path):
 
 
 def test_gpu_report_compares_each_request_size_with_the_best_st_batch(tmp_path):
-    from benchmarks import gpu, gpu_text
+    from benchmarks.gpu import run as gpu
+    from benchmarks.gpu import text as gpu_text
 
     settings = {"sections": ["text"], "single": [1, 8, 16], "bulk": [1, 8, 16], "window": "w"}
     run = Run("now", False, {}, settings, {})
@@ -244,12 +245,12 @@ def test_quick_run_measures_every_system(tmp_path):
 
 
 def test_wrk_sends_every_prepared_body_with_its_headers_and_counts_refusals():
-    """``benchmarks.wrk`` against a real HTTP server of the standard library: every prepared
+    """``benchmarks.harness.wrk`` against a real HTTP server of the standard library: every prepared
     body arrives with its own headers, the requests wrk reports were served, and the answers
     that were not 2xx are counted as errors (the server refuses every body that asks for it)."""
     import http.server
 
-    from benchmarks import wrk
+    from benchmarks.harness import wrk
     from tritonrepo.server.launcher import free_port
 
     if not wrk.available():
@@ -292,7 +293,7 @@ def test_wrk_sends_every_prepared_body_with_its_headers_and_counts_refusals():
 def test_gpu_image_summary_judges_against_the_pooled_decoding_baseline():
     """The image goal is ≥ 2× in-process PyTorch with decoding in a process pool (the baseline a
     user would build); one decoding thread is shown for reference only."""
-    from benchmarks import gpu_image
+    from benchmarks.gpu import image as gpu_image
 
     def row(key: str, rate: float) -> System:
         return System("image_classification", key, key, IN_PROCESS, "",

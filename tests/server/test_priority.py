@@ -2,10 +2,10 @@
 
 The shipped configs keep Triton's plain queue (tests/unit/test_queue_policy.py); here the
 text encoder is reloaded with the two levels that ``priority_levels = 2`` in a description
-writes (:func:`benchmarks.priority.priority_levels`, the generator's own policy), and:
+writes (:func:`benchmarks.serving.priority.priority_levels`, the generator's own policy), and:
 
 * under a bulk flood, real-time requests are answered before the bulk ones queued with them
-  (ordering only; ``make bench`` reports the latency ratio: ``benchmarks/priority.py``), and
+  (ordering only; ``make bench`` reports the latency ratio: ``benchmarks/serving/priority.py``), and
   every real-time answer matches sentence-transformers;
 * a full bulk queue refuses requests at once with Triton's "Exceeds maximum queue size"
   (HTTP 503 / gRPC UNAVAILABLE: ``ServerUnavailable``), while real-time requests are served;
@@ -23,7 +23,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from benchmarks.priority import REALTIME_TEXT, BulkFlood, flood, priority_levels
+from benchmarks.serving.priority import REALTIME_TEXT, BulkFlood, flood, priority_levels
 from reference_data.text_corpus import real_texts
 from tests.conftest import client_cli, wait_for
 from tritonrepo.server import queue_policy

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import perf_analyzer, step_table
-from benchmarks.loadgen import Measurement
-from benchmarks.perf_analyzer import ClientUsage, Level
-from benchmarks.triton_side import LevelSteps, Sweep, parse_stats
+from benchmarks.harness import perf_analyzer, step_table
+from benchmarks.harness.loadgen import Measurement
+from benchmarks.harness.perf_analyzer import ClientUsage, Level
+from benchmarks.harness.triton_side import LevelSteps, Sweep, parse_stats
 
 FIXTURE = json.loads((Path(__file__).parents[1] / "data" / "step_stats_c8.json").read_text())
 MODELS = tuple(FIXTURE["after"])

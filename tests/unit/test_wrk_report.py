@@ -1,11 +1,12 @@
-"""``benchmarks.wrk.parse`` on reports ``wrk`` 4.1.0 (Debian's) printed: wrk pads a duration of
+"""``benchmarks.harness.wrk.parse`` on reports ``wrk`` 4.1.0 (Debian's) printed: wrk pads a
+duration of
 a second or more with a trailing space ("1.94s "), which the parser must read as well."""
 
 from __future__ import annotations
 
 import math
 
-from benchmarks import wrk
+from benchmarks.harness import wrk
 
 # ctr_ranking's CPU ensemble at c=16 on 2 cores, 2026-12-02: wrk's report as printed.
 SECONDS_REPORT = "\n".join(

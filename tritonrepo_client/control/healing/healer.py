@@ -98,7 +98,8 @@ class Healer:
     A served model whose requests since the last pass were all answered (Triton's statistics:
     :mod:`tritonrepo_client.control.healing.traffic`) is not probed: its traffic vouches for
     it. Under ``make serve`` every pass probed ten models twice each, and with one of them
-    under load that cost it 11 % of its throughput on 2 cores (``benchmarks/text_serve.py``).
+    under load that cost it 11 % of its throughput on 2 cores
+    (``benchmarks/serving/text_serve.py``).
     """
 
     def __init__(

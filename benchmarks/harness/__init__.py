@@ -1,0 +1,1 @@
+"""What every benchmark shares: load generators, result tables, machine facts, inputs."""

@@ -1,0 +1,1 @@
+"""``make bench-pipelines``: described pipelines against in-process and their FastAPI service."""

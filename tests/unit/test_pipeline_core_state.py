@@ -146,8 +146,8 @@ def test_state_fields_are_read():
          "zeros"),
         ("max_candidate_sequences = 7", "max_candidate_sequences = 0",
          "sequence.max_candidate_sequences", "1 or more"),
-        ('step_class = "tritonrepo.ctr.steps:CtrSessionStep"', "", "session.step_class",
-         "is missing"),
+        ('step_class = "tritonrepo.ctr.steps:CtrSessionStep"', "", "session.calls",
+         "belongs to a session step class"),
         ('reference = "tests.unit.test_pipeline_core_state:running_total"', "",
          "session.reference", "is missing"),
         ('calls = [{ model = "other"', 'calls = [{ model = "Other"', "session.calls[0].model",
@@ -166,7 +166,7 @@ def test_a_wrong_state_field_is_refused_naming_it(old, new, field, fragment):
 
 def test_step_class_without_state_is_refused():
     text = ACC.split("[[sequence.state]]")[0] + "[session]" + ACC.split("[session]")[1]
-    assert any("session.step_class: belongs to state in the core" in p
+    assert any("session.step_class: keeps the state of [[sequence.state]] tables" in p
                for p in problems_of(text))  # fmt: skip
 
 

@@ -71,14 +71,14 @@ function = "tests.unit.test_pipeline_core_state:sessions"
 """
 
 
-def running_total(events: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The stateless answer: the sum of every event's X so far."""
-    return {"TOTAL": np.sum([e["X"] for e in events], axis=0).astype(np.float32)}
+def running_total(events: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The answers to a whole session: after each event, the sum of every X so far."""
+    return {"TOTAL": np.cumsum(events["X"], axis=0).astype(np.float32)}
 
 
-def last_only(events: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """A wrong answer for a session: the last event alone."""
-    return {"TOTAL": events[-1]["X"].astype(np.float32)}
+def last_only(events: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Wrong answers for a session: each event's X alone."""
+    return {"TOTAL": np.asarray(events["X"], np.float32)}
 
 
 def sessions() -> list[dict[str, np.ndarray]]:

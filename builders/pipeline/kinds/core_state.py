@@ -162,7 +162,7 @@ class CoreStateKind:
         make_samples = import_function(pipeline.samples, "samples.function", problems)
         check_calls(core_state.calls, "session.calls", repository, problems)
         _check_declared_io(pipeline, problems)
-        probe = None
+        probe, proof = None, None
         sessions = None
         if make_samples is not None and not problems:
             sessions = sample_sessions(pipeline, make_samples, problems)
@@ -172,8 +172,12 @@ class CoreStateKind:
                 problems.append(f"samples.function: the smallest event of session 0 is "
                                 f"{len(probe)} bytes as JSON, over {PROBE_LIMIT_BYTES} for the "
                                 "health probe in the config; add a smaller one")  # fmt: skip
-            prove_built_graph(pipeline, repository, sessions, reference, problems)
+            proof = prove_built_graph(pipeline, repository, sessions, reference, problems)
         raise_problems(pipeline, problems)
+        if proof is not None:  # one line, like the build's batch parity
+            print(f"{pipeline.name}: the stateful graph proven event by event on "
+                  f"{proof.sessions} sample sessions ({proof.events} events) against "
+                  f"{core_state.reference}: max abs diff {proof.max_abs_diff:.3g}")  # fmt: skip
         checked = Checked((), (), probe, None)
         declared = probe_table_json(pipeline, problems)  # a [probe] table wins
         raise_problems(pipeline, problems)

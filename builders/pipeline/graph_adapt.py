@@ -121,8 +121,8 @@ def _check_state_tensor(value: Any, state: StateTensor, key: str, where: str) ->
                 for d in tensor_type.shape.dim]  # fmt: skip
     want = state.graph_shape
     fits = len(declared) == len(want) and all(
-        d is None or w is None or d == w for d, w in zip(declared, want, strict=True)
-    )
+        d is None or (w is not None and d == w) for d, w in zip(declared, want, strict=True)
+    )  # the batch dim (w None) must be a dynamic one (d None) in the graph
     if not fits and any(d is not None for d in declared):
         shown = ["N" if d is None else d for d in declared]
         wanted = ["batch" if w is None else w for w in want]

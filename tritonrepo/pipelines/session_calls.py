@@ -184,7 +184,7 @@ class SessionEvents:
             if value is None or value.shape != (1, *s.dims) or value.dtype != s.dtype:
                 got = "missing" if value is None else f"{value.dtype} {list(value.shape)}"
                 raise RuntimeError(f"the core model's state output '{s.output}' is {got}, "
-                                   f"declared {np.dtype(s.dtype)} [1, {s.dims}]")  # fmt: skip
+                                   f"declared {np.dtype(s.dtype)} {[1, *s.dims]}")  # fmt: skip
             state[s.input] = value
         return state
 

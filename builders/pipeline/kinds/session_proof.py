@@ -208,7 +208,8 @@ def _compare_event(outputs: Sequence[Tensor], got: Mapping[str, Any], want: Mapp
 def state_hint(pipeline: Pipeline, core_inputs: Sequence[CoreTensor],
                core_outputs: Sequence[CoreTensor]) -> str | None:  # fmt: skip
     """A note when no state is declared but a core output has the dtype and dims of a core
-    input (a recurrent model's next state, often), or None."""
+    input and a name that goes with it (``stateN`` and ``state``, ``hn`` and ``h``: a
+    recurrent model's next state, often), or None."""
     session = pipeline.session
     if session is None or session.states:
         return None
@@ -219,7 +220,9 @@ def state_hint(pipeline: Pipeline, core_inputs: Sequence[CoreTensor],
                 and len(out.dims) == len(inp.dims)
                 and all(-1 in (a, b) or a == b for a, b in zip(out.dims, inp.dims, strict=True))
             )
-            if same and len(out.dims) >= 1 and out.name != inp.name:
+            a, b = out.name.lower(), inp.name.lower()
+            named = a.startswith(b) or b.startswith(a) or ("state" in a and "state" in b)
+            if same and named and a != b:  # stateN/state, hn/h, c_out/c_in ...
                 return (
                     f"note: {pipeline.name}: the core's output '{out.name}' has the dtype and "
                     f"dims of its input '{inp.name}'; if it is the model's next state, declare "

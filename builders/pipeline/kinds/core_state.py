@@ -1,6 +1,8 @@
-"""The state-in-the-core kind: a stateful description whose core graph keeps the session's
-state (``[[sequence.state]]``, ``[session] step_class``, ``[session] reference``; the types:
-:mod:`tritonrepo.description.schema.stateful`).
+"""The session-step-class kind: a stateful description whose core graph keeps the session's
+state and whose CPU sets run a hand-written step class (``[[sequence.state]]``, ``[session]
+step_class``, ``[session] reference``; the types: :mod:`tritonrepo.description.schema.stateful`).
+Without ``step_class``, ``[[sequence.state]]`` is the session kind's
+(:mod:`builders.pipeline.kinds.session`).
 
 One model serves under the session's name: ``config.pbtxt`` runs the stateful graph as a
 TensorRT plan with Triton's implicit state (:func:`graph_config`); ``configs/cpu.pbtxt`` and
@@ -142,9 +144,10 @@ def _check_declared_io(pipeline: Pipeline, problems: list[str]) -> None:
 
 
 class CoreStateKind:
-    """The kind of a stateful description with its state in the core (module docstring)."""
+    """The kind of a stateful description whose CPU sets run a hand-written session step class
+    (module docstring)."""
 
-    name = "state in the core"
+    name = "session step class"
     suite = "session_suite:SessionSuite"  # the generated tests' suite (tests/)
 
     def check(self, pipeline: Pipeline, repository: Path, owned: set[str],

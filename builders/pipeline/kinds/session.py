@@ -1,15 +1,21 @@
 """The session kind: a stateful description whose state is kept by its ``[session]`` step
-(``[sequence]``, ``[session] step``, ``[model]``, ``[postprocess] function``).
+and/or comes out of its core model (``[sequence]``, ``[session] step``, ``[[sequence.state]]``,
+``[model]``, ``[postprocess] function``, ``[session] reference``).
 
 Served by two models: the session model ``<name>`` (Python backend, ``sequence_batching``:
 :class:`tritonrepo.pipelines.session_step.SessionStep`), which keeps each session's state, runs
-the step on the event, calls the core model through BLS and runs postprocess; and the core.
+the step on the event, calls the core model through BLS (with the session's core state, which
+it takes back from the core's outputs) and runs postprocess; and the core. Where the core's
+``config.pbtxt`` is a TensorRT plan, the plan keeps the core state as Triton's implicit state
+(:func:`core_sequence`) and the session model's ``config.pbtxt`` sends it each event's
+sequence; its ``configs/cpu.pbtxt`` and ``torch_gpu.pbtxt`` feed the state.
 
 Checked (:meth:`SessionKind.check`): the models against the repository, the functions
-imported, the core's graph and tensors, then every sample session replayed in one process from
-START, each hand-over checked (:func:`replay_samples`); the declared ``ragged_inputs`` and
-``[probe]``. Its files (:meth:`SessionKind.files`): the session model's config
-(:func:`session_config`) and ``model.py``, the core's configs and version folders, the
+imported, the core's graph and tensors, then every sample session run in one process event by
+event as served, each hand-over checked, each declared state seen to change, the answers
+against ``[session] reference`` (:func:`replay_samples`, :mod:`.session_proof`); the declared
+``ragged_inputs`` and ``[probe]``. Its files (:meth:`SessionKind.files`): the session model's
+configs (:func:`session_config`) and ``model.py``, the core's configs and version folders, the
 generated test module (:class:`tests.session_suite.SessionSuite`).
 """
 

@@ -110,7 +110,8 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
 
 
 def _stateful(r: Reader, data: Mapping[str, Any], name: str) -> _Stateful:
-    """``[sequence]``, ``[session]`` and state in the core, each None when not described."""
+    """``[sequence]``, ``[session]`` (with the state a core returns) and a session step class,
+    each None when not described."""
     if "sequence" in data:
         sequence = parse_sequence(r, data["sequence"])
         states = session_states(r, data)

@@ -25,7 +25,7 @@ from tritonrepo.description.schema.stateful import (
 from tritonrepo.description.schema.tables import REF_PATTERN, Tensor
 from tritonrepo_format.config_sets import TORCH_GPU_SET
 
-# Fields of state in the core (tritonrepo.description.parse.core_state), read there.
+# Fields of a session step class (tritonrepo.description.parse.core_state), read there.
 CORE_STATE_SEQUENCE_KEYS = ("state", "max_candidate_sequences")
 CORE_STATE_SESSION_KEYS = ("step_class", "calls", "parameters", TORCH_GPU_SET)
 

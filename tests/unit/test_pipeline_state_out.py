@@ -178,6 +178,29 @@ def test_the_forgetful_graph_differs_from_a_running_sum_reference(ws: Workspace)
     assert "session.reference: session 0 event 1: output 'Y' differs" in result.err, result.err
 
 
+def test_without_a_step_the_request_goes_to_the_core_as_it_is(ws: Workspace):
+    text = (
+        FORGETFUL.replace('name = "X"', 'name = "x"')
+        .replace(f'step = "{FIXTURES}:to_x"', f'reference = "{FIXTURES}:running_sum_x"')
+        .replace("build_forgetful", "build_running_sum")
+        .replace("sum_samples", "x_samples")
+    )
+    ws.write_description(text)
+    result = ws.run()
+    assert result.rc == 0, result.err
+    assert "state 's_next' changed on 12 of 12" in result.out and "max abs diff 0" in result.out
+    config = params(ws.repository / "toy" / "configs" / "cpu.pbtxt")
+    assert "step" not in config and config["core_inputs"] == "x"
+    ws.write_description(
+        text.replace('name = "x"', 'name = "X"').replace("x_samples", "sum_samples")
+    )
+    result = ws.run()
+    assert (
+        "input: without [session] step the request's tensors go to the core as they are, "
+        "and the core takes x FP32 [2]" in result.err
+    ), result.err
+
+
 def test_the_replay_runs_each_event_through_the_core_before_the_next_step():
     pipeline = load_text(FORGETFUL)
     replay = Replay(pipeline, recurrent.build_forgetful().SerializeToString())

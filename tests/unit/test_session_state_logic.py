@@ -114,3 +114,14 @@ def test_implicit_state_sends_each_event_with_its_sequence_and_feeds_nothing():
     assert core.calls == [(1, ("a", True, False)), (1, (9, True, True))]
     events.run([ev("a", [3, 3], end=True)])
     assert core.calls[-1] == (1, ("a", False, True))
+
+
+def test_without_a_step_the_request_tensors_go_to_the_core():
+    core = Core()
+    events = SessionEvents(
+        None, "", lambda inputs: {"Y": inputs["y"]}, "t:post", SessionStore(60, 10),
+        {"x": OutputSpec(F32, (2,))}, ("x",), {"Y": OutputSpec(F32, (2,))}, core, 32, (STATE,),
+    )  # fmt: skip
+    sent = [Event("k", j == 0, False, {"x": np.array([[j, 1]], np.float32)}) for j in range(3)]
+    totals = [events.run([e])[0]["Y"][0].tolist() for e in sent]
+    assert totals == [[0, 1], [1, 2], [3, 3]]

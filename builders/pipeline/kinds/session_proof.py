@@ -77,6 +77,17 @@ def replay_sessions(
     who = session.step or "the request"
     graph_inputs = tuple(c.as_tensor() for c in core_inputs if c.name not in state_inputs)
     extras = pipeline.preprocess.outputs
+    if not session.step:  # the request's tensors go to the core as they are
+        request = [(t.name, t.dtype, t.dims) for t in pipeline.inputs]
+        core = [(t.name, t.dtype, t.dims) for t in graph_inputs]
+        if sorted(request) != sorted(core):
+            shown = ", ".join(f"{n} {d} {list(s)}" for n, d, s in core)
+            problems.append(
+                f"input: without [session] step the request's tensors go to the core as they "
+                f"are, and the core takes {shown} (its state inputs aside); declare those as "
+                f"[[input]] (got {[n for n, _, _ in request]}), or add a step"
+            )
+            return None
     runs: Runs = []
     for i, events in enumerate(sessions):
         count = len(np.asarray(next(iter(events.values()))))

@@ -72,3 +72,22 @@ def to_x(state, inputs):
     """A step that only renames (records its calls)."""
     CALLS.append("step")
     return state, {"x": np.asarray(inputs["X"], np.float32)}
+
+
+def build_running_sum() -> onnx.ModelProto:
+    """``y = s_next = x + s``: a recurrent running sum whose input is the request's ``x``."""
+    model = build_forgetful()
+    for node in model.graph.node:
+        if node.op_type == "Identity":
+            node.input[0] = "y"
+    return model
+
+
+def x_samples() -> list[dict[str, np.ndarray]]:
+    """:func:`sum_samples` with the request tensor named as the core's input, ``x``."""
+    return [{"x": s["X"]} for s in sum_samples()]
+
+
+def running_sum_x(events: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """:func:`running_sum` of the request tensor ``x``."""
+    return running_sum({"X": events["x"]})

@@ -283,3 +283,29 @@ def test_shipped_ctr_pipelines_are_generated(name):
     assert generate.main(["pipeline", name, "--check"]) == 0
     changes = generate.plan(load(PIPELINES / name / "pipeline.toml"), MODEL_REPOSITORY)
     assert {c.action for c in changes} == {"same"}
+
+
+def test_the_graph_built_first_is_no_clash_and_its_proof_prints_one_line(tmp_path, capsys):
+    """make pipeline asks for the stateful graph, names the one command that builds it, and
+    then generates into the folder that holds it (a folder without a config is no model)."""
+    repository = tmp_path / "model_repository"
+    (repository / "other").mkdir(parents=True)
+    (repository / "other" / "config.pbtxt").write_text(
+        'name: "other"\nbackend: "python"\nmax_batch_size: 8\n'
+        'input [ { name: "A" data_type: TYPE_INT64 dims: [ 4 ] } ]\n'
+    )
+    p = described()
+    with pytest.raises(DescriptionError) as info:
+        generate.plan(p, repository)
+    (problem,) = info.value.problems
+    assert ("model.builder: the stateful graph" in problem
+            and "build it with `.venv/bin/python -m builders.onnx_export.acc`, then run `make "
+            "pipeline NAME=acc` again" in problem), problem  # fmt: skip
+    graph = repository / "acc" / "1" / "model.onnx"
+    graph.parent.mkdir(parents=True)
+    graph.write_bytes(accumulator())
+    changes = generate.plan(p, repository)
+    assert {c.action for c in changes} == {"create"}
+    assert ("acc: the stateful graph proven event by event on 3 sample sessions (11 events) "
+            "against tests.unit.test_pipeline_core_state:running_total: max abs diff"
+            in capsys.readouterr().out)  # fmt: skip

@@ -3,14 +3,19 @@
 :class:`SessionSuite` with its description.
 
 The served session model (a server of the class's own, CPU configs, the pipeline alone: the
-launcher loads the core model it calls) is compared, event by event, with the stateless answer
-on the whole history so far: the description's step replayed from START over the history, the
-built ``model.onnx`` in ONNX Runtime and the postprocess function, in this process
-(:class:`builders.pipeline.in_process.Replay`). Over HTTP and gRPC: the sample sessions
-interleaved, and run concurrently; END frees a session (continuing it is refused, starting it
-again begins afresh); a request without START for an unknown ID is refused; a bad event gets
-its own error and changes no state; the declared health probe passes; a session idle past the
-idle timeout (1 s here, by a config override) is refused, and the server still serves.
+launcher loads the core model it calls) is compared, event by event, with the session replayed
+in this process in the order it is served (:class:`builders.pipeline.in_process.Replay`: each
+event's step on the state so far, the built ``model.onnx`` in ONNX Runtime on its outputs and
+the state the core returned for the previous event, postprocess); with a hand-written step
+class (``[session] step_class``), with ``[session] reference`` instead. Over HTTP and gRPC: the
+sample sessions interleaved, and run concurrently; every answer equals ``[session] reference``
+on the whole session (when the description gives one: the model's own streaming API, or a
+stateless run), so a step or model that no longer carries the state fails here even when the
+replay carries the same mistake; each declared ``[[sequence.state]]`` changes across events;
+END frees a session (continuing it is refused, starting it again begins afresh); a request
+without START for an unknown ID is refused; a bad event gets its own error and changes no
+state; the declared health probe passes; a session idle past the idle timeout (1 s here, by a
+config override) is refused, and the server still serves.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import asyncio
 import json
 import secrets
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -36,6 +42,7 @@ from tritonrepo_client.connection import TritonConnection
 from tritonrepo_client.control.health import check_health
 
 PROTOCOLS = ["http", "grpc"]
+Answers = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # a session -> its answers
 CONCURRENCY = 8  # sessions sent at once, each from its own thread
 IDLE_TEST_S = 1.0  # the idle timeout the expiry test loads the model with
 
@@ -50,16 +57,32 @@ class SessionSuite(DescribedSuite):
 
     @pytest.fixture(scope="class")
     @classmethod
-    def replay(cls, pipeline: Pipeline) -> Replay:
+    def replay(cls, pipeline: Pipeline) -> Answers:
+        """The answers to a session's events, one row per event: the replay (the step and
+        the built core), or the reference for a hand-written step class (no functions)."""
         core = pipeline.core
         path = MODEL_REPOSITORY / core.model / str(core.versions[0]) / "model.onnx"
         if not path.is_file():
             pytest.fail(f"{path} is missing: run `make artifacts` (make test does it)")
+        if pipeline.core_state is not None:  # a step class: its reference is the answer
+            reference = cls.reference_of(pipeline)
+            assert reference is not None
+            return reference
         return Replay(pipeline, path)
+
+    @staticmethod
+    def reference_of(pipeline: Pipeline) -> Answers | None:
+        """``[session] reference`` as a function of a whole session, or None."""
+        assert pipeline.session is not None
+        ref = pipeline.session.reference
+        if ref is None:
+            return None
+        function = import_ref(ref)
+        return lambda events: dict(function({k: np.asarray(v) for k, v in events.items()}))
 
     @pytest.fixture(scope="class")
     @classmethod
-    def server(cls, pipeline: Pipeline, replay: Replay):
+    def server(cls, pipeline: Pipeline, replay: Answers):
         options = server_options(f"pipeline-{pipeline.name}", models=(pipeline.models[0],))
         with TritonServer(options) as server:
             yield server
@@ -80,16 +103,21 @@ class SessionSuite(DescribedSuite):
     @staticmethod
     def send(conn: TritonConnection, pipeline: Pipeline, inputs: dict[str, np.ndarray], key: Any,
              start: bool = False, end: bool = False) -> dict[str, np.ndarray]:  # fmt: skip
-        return conn.infer(
-            pipeline.models[0], inputs, [t.name for t in pipeline.outputs],
+        """One event (``[1, ...]`` tensors) of session ``key``; its answer ``[1, ...]`` (a
+        pipeline without a batch dim, ``max_batch_size = 0``, sends and gets it without)."""
+        flat = pipeline.max_batch_size == 0
+        got = conn.infer(
+            pipeline.models[0], {k: v[0] for k, v in inputs.items()} if flat else inputs,
+            [t.name for t in pipeline.outputs],
             sequence_id=key, sequence_start=start, sequence_end=end,
         )  # fmt: skip
+        return {k: v[None] for k, v in got.items()} if flat else got
 
     @staticmethod
-    def expected(replay: Replay, events: dict[str, np.ndarray], j: int) -> dict[str, np.ndarray]:
-        """The stateless answer to event ``j``: the step replayed over events 0..j."""
+    def expected(replay: Answers, events: dict[str, np.ndarray], j: int) -> dict[str, np.ndarray]:
+        """The answer to event ``j``: the session replayed over events 0..j, event by event."""
         answers = replay({k: v[: j + 1] for k, v in events.items()})
-        return {k: np.asarray(v)[-1:] for k, v in answers.items()}
+        return {k: np.asarray(v)[j : j + 1] for k, v in answers.items()}
 
     def run_session(self, conn, pipeline, replay, events, tag: str) -> None:
         key = self.new_id(pipeline, tag)
@@ -114,6 +142,37 @@ class SessionSuite(DescribedSuite):
                                     j == counts[i] - 1)  # fmt: skip
                     where = f"{protocol}, session {i} event {j}"
                     assert_same(got, self.expected(replay, events, j), where)
+
+    @pytest.mark.parametrize("protocol", PROTOCOLS)
+    def test_every_answer_equals_the_reference_on_the_whole_session(
+        self, pipeline, sessions, server, protocol
+    ):
+        """``[session] reference``, independent of the replay: one call per session, its row
+        ``j`` against the served answer to event ``j``."""
+        reference = self.reference_of(pipeline)
+        if reference is None:
+            pytest.skip("the description gives no [session] reference")
+        with TritonConnection(server.options.url(protocol), protocol) as conn:
+            for i, events in enumerate(sessions):
+                want = reference(events)
+                key = self.new_id(pipeline, f"reference{i}")
+                count = len(next(iter(events.values())))
+                for j in range(count):
+                    got = self.send(conn, pipeline, self.event(events, j), key, j == 0,
+                                    j == count - 1)  # fmt: skip
+                    row = {k: np.asarray(v)[j : j + 1] for k, v in want.items()}
+                    assert_same(got, row, f"{protocol}, session {i} event {j} vs the reference")
+
+    def test_every_declared_state_changes_across_events(self, pipeline, sessions, replay):
+        """Each ``[[sequence.state]]`` output differs from the state fed in on some event of
+        the samples (in this process): a pair that is not the model's state stays as fed."""
+        assert pipeline.session is not None
+        if not pipeline.session.states or not isinstance(replay, Replay):
+            pytest.skip("no [[sequence.state]] fed by the generated session model")
+        runs = [run for events in sessions for run in replay.runs(events)]
+        for s in pipeline.session.states:
+            changed = [not np.array_equal(r.core[s.output], r.feeds[s.input]) for r in runs]
+            assert any(changed), f"'{s.output}' never differs from the '{s.input}' fed in"
 
     def test_concurrent_sessions_each_get_their_own_answers(
         self, pipeline, sessions, replay, server

@@ -104,10 +104,8 @@ def core_feeds(pipeline: Pipeline, model: Path | bytes) -> dict[str, np.ndarray]
     """The core model's inputs for the samples: ``preprocess(samples())`` restricted to the
     graph's inputs (a batch-only graph input is flattened to ``[n]``); ``model`` is the
     ``.onnx`` file or the serialized graph."""
-    if pipeline.stateful:  # every session's events through the step, replayed from START
-        replay = Replay(pipeline, model)
-        outs = [replay.step_outputs(events) for events in samples_of(pipeline)]
-        return replay.runner.core_feeds({k: np.concatenate([o[k] for o in outs]) for k in outs[0]})
+    if pipeline.stateful:  # every session's events replayed from START, state included
+        return Replay(pipeline, model).core_feeds(samples_of(pipeline))
     runner = InProcess(pipeline, model)
     return runner.core_feeds(runner.pre(dict(samples_of(pipeline))))
 

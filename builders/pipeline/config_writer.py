@@ -287,10 +287,10 @@ def _state(s: SequenceState) -> str:
 
 def _sequence(batching: SequenceBatching) -> str:
     text = comment(batching.note) + (
-        "sequence_batching {\n"
-        f"  max_sequence_idle_microseconds: {batching.max_sequence_idle_us}\n"
-        "  control_input [\n" + ",\n".join(_control(c) for c in batching.controls) + "\n  ]\n"
+        f"sequence_batching {{\n  max_sequence_idle_microseconds: {batching.max_sequence_idle_us}\n"
     )
+    if batching.controls:  # none: a graph that takes no control tensor (its state is enough)
+        text += "  control_input [\n" + ",\n".join(map(_control, batching.controls)) + "\n  ]\n"
     if batching.states:
         text += "  state [\n" + ",\n".join(_state(s) for s in batching.states) + "\n  ]\n"
     return text + (

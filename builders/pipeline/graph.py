@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builders.pipeline.graph_adapt import GraphAdaptError, adapt_graph
 from tritonrepo.description import Pipeline, import_ref
 from tritonrepo.paths import REPO_ROOT
 from tritonrepo_format.dtypes import NAMES_BY_ONNX
@@ -83,10 +84,24 @@ def obtain_model(pipeline: Pipeline, torch_source: dict[str, Any] | None = None)
     :data:`EXPORT_OPSET`). When ``build`` returns a torch module and ``torch_source`` is a dict,
     it receives ``{"module": ..., "examples": ...}``.
 
+    The graph is then adapted as the description says (``[model] constants``, the batch dim of
+    ``[[sequence.state]]`` first: :func:`builders.pipeline.graph_adapt.adapt_graph`).
+
     Raises:
         ModelSourceError: the file is missing, the function fails, or returns something else;
-            also for a ``builder`` core (built by its own module: read the built file instead).
+            also for a ``builder`` core (built by its own module: read the built file instead),
+            and for a graph that does not have what the description binds or declares.
     """
+    model = _obtain(pipeline, torch_source)
+    try:
+        adapt_graph(model, pipeline)
+    except GraphAdaptError as exc:
+        raise ModelSourceError(str(exc)) from None
+    return model
+
+
+def _obtain(pipeline: Pipeline, torch_source: dict[str, Any] | None) -> Any:
+    """The model as the description's source gives it (:func:`obtain_model`)."""
     import onnx
 
     core = pipeline.core

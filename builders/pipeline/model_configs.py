@@ -14,6 +14,7 @@ from builders.pipeline.config_writer import (
     DynamicBatching,
     InstanceGroup,
     ModelConfig,
+    SequenceBatching,
     TensorConfig,
     config_text,
 )
@@ -130,6 +131,7 @@ def core_config(
     config_set: str,
     tensorrt: bool = True,
     no_tensorrt: str = NO_TENSORRT,
+    implicit_state: SequenceBatching | None = None,
 ) -> str:
     """The core model's config for ``config_set``: ``default`` a TensorRT plan (profile 0 from
     ``max_batch_size``), ``cpu`` ONNX Runtime, ``torch_gpu`` a ``torch.export`` program when the
@@ -137,7 +139,10 @@ def core_config(
     Runtime on CPU instances stands in where nothing else can run: ``default`` when ``tensorrt``
     is False (the comment says why: ``no_tensorrt``), ``torch_gpu`` without a
     ``[model.torch_gpu]`` table (no program is built: :data:`NO_TORCH_PROGRAM`). The queue has
-    priority levels where the set's deployment asks for them."""
+    priority levels where the set's deployment asks for them. ``implicit_state``: the sequence
+    batcher of a TensorRT plan that keeps the session's state itself (Triton's implicit
+    state), in place of the dynamic batcher; ``inputs``/``outputs`` are then without the state
+    tensors."""
     note = ""
     if config_set == DEFAULT_SET and not tensorrt:
         note = no_tensorrt
@@ -166,7 +171,8 @@ def core_config(
         instance_group=InstanceGroup(
             deployment.instances, f"KIND_{runtime.device.upper()}", profiles
         ),
-        dynamic_batching=batching,
+        dynamic_batching=None if implicit_state and plan else batching,
+        sequence_batching=implicit_state if plan else None,
         parameters=core.deployments["cpu"].parameters if note else deployment.parameters,
         comment=header_comment(header, "" if own is None else deployment.doc, note),
     )

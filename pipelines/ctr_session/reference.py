@@ -1,4 +1,5 @@
-"""The stateless answer of ctr_session: what ctr_ranking answers for the session's whole history.
+"""The stateless answers of ctr_session: what ctr_ranking answers, event by event, for the
+session's history so far.
 
 The generator proves ctr_session's stateful graph (config.pbtxt) against it event by event
 (builders.pipeline.kinds.core_state_proof): the history window and the rows are built by
@@ -25,17 +26,22 @@ def _ctr_model():
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
-def answer(events: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The answer to the last of ``events`` (one session from START, each ``ITEM_ID`` INT64
-    [1], ``CANDIDATES`` INT64 [n]): ``ITEM_IDS`` INT64 [n], the candidates as sent by CTR
-    descending, and ``SCORES`` FP32 [n], their CTR in (0, 1).
+def answer(events: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The answers to a whole session, one row per event (``ITEM_ID`` INT64 ``[events, 1]``,
+    ``CANDIDATES`` INT64 ``[events, n]``, from START): row ``j`` of ``ITEM_IDS`` INT64
+    ``[events, n]`` holds event ``j``'s candidates as sent by CTR descending, given the items
+    of events 0..j, and row ``j`` of ``SCORES`` FP32 ``[events, n]`` their CTR in (0, 1).
 
     Raises:
         onnxruntime's errors when ``ctr_model/1/model.onnx`` is missing (``make artifacts``).
     """
-    history = np.concatenate([np.asarray(e["ITEM_ID"], np.int64).reshape(-1) for e in events])
-    candidates = np.asarray(events[-1]["CANDIDATES"], np.int64).reshape(-1)
-    rows = features.model_rows(features.history_window(history), candidates)
-    scores = _ctr_model().run([spec.CORE_OUTPUT], {spec.CORE_INPUT: rows})[0].reshape(-1)
-    order = np.argsort(-scores, kind="stable")
-    return {"ITEM_IDS": candidates[order], "SCORES": scores[order].astype(np.float32)}
+    items = np.asarray(events["ITEM_ID"], np.int64).reshape(len(events["ITEM_ID"]), -1)
+    ids, ctrs = [], []
+    for j, candidates in enumerate(np.asarray(events["CANDIDATES"], np.int64)):
+        history = items[: j + 1].reshape(-1)
+        rows = features.model_rows(features.history_window(history), candidates.reshape(-1))
+        scores = _ctr_model().run([spec.CORE_OUTPUT], {spec.CORE_INPUT: rows})[0].reshape(-1)
+        order = np.argsort(-scores, kind="stable")
+        ids.append(candidates.reshape(-1)[order])
+        ctrs.append(scores[order].astype(np.float32))
+    return {"ITEM_IDS": np.stack(ids), "SCORES": np.stack(ctrs)}

@@ -71,14 +71,14 @@ function = "tests.unit.test_pipeline_core_state:sessions"
 """
 
 
-def running_total(events: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The stateless answer: the sum of every event's X so far."""
-    return {"TOTAL": np.sum([e["X"] for e in events], axis=0).astype(np.float32)}
+def running_total(events: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The answers to a whole session: after each event, the sum of every X so far."""
+    return {"TOTAL": np.cumsum(events["X"], axis=0).astype(np.float32)}
 
 
-def last_only(events: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """A wrong answer for a session: the last event alone."""
-    return {"TOTAL": events[-1]["X"].astype(np.float32)}
+def last_only(events: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Wrong answers for a session: each event's X alone."""
+    return {"TOTAL": np.asarray(events["X"], np.float32)}
 
 
 def sessions() -> list[dict[str, np.ndarray]]:
@@ -146,8 +146,8 @@ def test_state_fields_are_read():
          "zeros"),
         ("max_candidate_sequences = 7", "max_candidate_sequences = 0",
          "sequence.max_candidate_sequences", "1 or more"),
-        ('step_class = "tritonrepo.ctr.steps:CtrSessionStep"', "", "session.step_class",
-         "is missing"),
+        ('step_class = "tritonrepo.ctr.steps:CtrSessionStep"', "", "session.calls",
+         "belongs to a session step class"),
         ('reference = "tests.unit.test_pipeline_core_state:running_total"', "",
          "session.reference", "is missing"),
         ('calls = [{ model = "other"', 'calls = [{ model = "Other"', "session.calls[0].model",
@@ -166,7 +166,7 @@ def test_a_wrong_state_field_is_refused_naming_it(old, new, field, fragment):
 
 def test_step_class_without_state_is_refused():
     text = ACC.split("[[sequence.state]]")[0] + "[session]" + ACC.split("[session]")[1]
-    assert any("session.step_class: belongs to state in the core" in p
+    assert any("session.step_class: keeps the state of [[sequence.state]] tables" in p
                for p in problems_of(text))  # fmt: skip
 
 
@@ -283,3 +283,29 @@ def test_shipped_ctr_pipelines_are_generated(name):
     assert generate.main(["pipeline", name, "--check"]) == 0
     changes = generate.plan(load(PIPELINES / name / "pipeline.toml"), MODEL_REPOSITORY)
     assert {c.action for c in changes} == {"same"}
+
+
+def test_the_graph_built_first_is_no_clash_and_its_proof_prints_one_line(tmp_path, capsys):
+    """make pipeline asks for the stateful graph, names the one command that builds it, and
+    then generates into the folder that holds it (a folder without a config is no model)."""
+    repository = tmp_path / "model_repository"
+    (repository / "other").mkdir(parents=True)
+    (repository / "other" / "config.pbtxt").write_text(
+        'name: "other"\nbackend: "python"\nmax_batch_size: 8\n'
+        'input [ { name: "A" data_type: TYPE_INT64 dims: [ 4 ] } ]\n'
+    )
+    p = described()
+    with pytest.raises(DescriptionError) as info:
+        generate.plan(p, repository)
+    (problem,) = info.value.problems
+    assert ("model.builder: the stateful graph" in problem
+            and "build it with `.venv/bin/python -m builders.onnx_export.acc`, then run `make "
+            "pipeline NAME=acc` again" in problem), problem  # fmt: skip
+    graph = repository / "acc" / "1" / "model.onnx"
+    graph.parent.mkdir(parents=True)
+    graph.write_bytes(accumulator())
+    changes = generate.plan(p, repository)
+    assert {c.action for c in changes} == {"create"}
+    assert ("acc: the stateful graph proven event by event on 3 sample sessions (11 events) "
+            "against tests.unit.test_pipeline_core_state:running_total: max abs diff"
+            in capsys.readouterr().out)  # fmt: skip

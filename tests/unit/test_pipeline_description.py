@@ -306,8 +306,9 @@ def test_name_clash_with_existing_model_is_refused_and_force_allows_it(ws: Works
     problem = find(
         problems_of(ws), ws.description, "model.model",
         "'toy_model' clashes with an existing model in model_repository/",
-        "set model.model = '<another name>', or pick another name (--force replaces that "
-        "model: its files are lost)",
+        "set model.model = '<another name>', or pick another name (--force writes this "
+        "description's files into that folder, over those of the same name; its other files "
+        "stay)",
     )  # fmt: skip
     assert sum("clashes" in p for p in problems_of(ws)) == 1  # the other three are free
 
@@ -324,6 +325,17 @@ def test_name_clash_with_existing_model_is_refused_and_force_allows_it(ws: Works
     assert (cfg.name, cfg.platform) == ("toy_model", "tensorrt_plan")
     assert (ws.repository / "toy_model/configs/cpu.pbtxt").is_file()
     assert ws.manifest.is_file()
+
+
+def test_a_folder_with_only_built_files_is_no_clash(ws: Workspace):
+    """A model folder without a config (a builder's output, written before generating) is
+    not a model yet: the generator writes its configs there and keeps the built file."""
+    built = ws.repository / "toy_model" / "1" / "model.onnx"
+    built.parent.mkdir(parents=True)
+    built.write_bytes(b"built before")
+    result = ws.run()
+    assert result.rc == 0, result.err
+    assert built.read_bytes() == b"built before"
 
 
 def test_a_renamed_step_model_clashes_under_its_own_field(ws: Workspace):

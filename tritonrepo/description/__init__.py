@@ -33,6 +33,7 @@ from tritonrepo.description.schema import (
     Header,
     ModelCall,
     Pipeline,
+    StateTensor,
     Step,
     Tensor,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "Header",
     "ModelCall",
     "Pipeline",
+    "StateTensor",
     "Step",
     "Tensor",
     "discover",

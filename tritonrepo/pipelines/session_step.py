@@ -4,7 +4,11 @@ with ``sequence_batching`` that keeps each session's state, runs the user's
 answers with the ``[postprocess]`` function (:mod:`tritonrepo.pipelines.session_calls`).
 
 A generated ``model_repository/<pipeline>/1/model.py`` is a one-line subclass of
-:class:`SessionStep`; its ``config.pbtxt`` names the functions and the core model.
+:class:`SessionStep`; its ``config.pbtxt`` names the functions and the core model, and, for a
+core that returns state (``[[sequence.state]]``), the state tensors (``core_states``) and who
+keeps them: this model, feeding each session's state to the core and taking the next one from
+the core's outputs (``configs/cpu.pbtxt``), or the core itself with Triton's implicit state
+(``implicit_state``, a TensorRT plan in ``config.pbtxt``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,13 @@ from typing import Any
 import numpy as np
 
 from tritonrepo.pipelines.function_calls import output_specs
-from tritonrepo.pipelines.session_calls import Event, SessionEvents, Tensors
+from tritonrepo.pipelines.session_calls import (
+    CoreStateSpec,
+    Event,
+    SequenceFlags,
+    SessionEvents,
+    Tensors,
+)
 from tritonrepo.step.function_refs import load_function
 from tritonrepo.step.parameters import REQUIRED, Parameter
 from tritonrepo.step.python_step import Outputs, PythonStep
@@ -34,6 +44,13 @@ class SessionStep(PythonStep):
     request (Triton has dropped the sequence by then and gives no callback), and bounded by
     ``max_sessions``: a new session beyond it is refused with a per-request error.
 
+    A core that returns state (parameter ``core_states``): the store keeps each session's state
+    tensors beside the step's state, zeros at START; every core call gets them joined with the
+    step's outputs, and the core's state outputs of that call become the session's state once
+    the event is answered. With ``implicit_state`` the core keeps them (Triton's implicit
+    state): each event is its own core call, sent with the session's correlation ID and
+    START/END flags.
+
     Per request (as its error; the others are served): InvalidRequest for a request without
     state and without START, a refused new session, a batch over 1, or a ``ValueError``
     from the step or postprocess function; an internal error when a
@@ -46,7 +63,7 @@ class SessionStep(PythonStep):
 
     IDLE_GRACE_S = 1.0
     PARAMETERS = (
-        Parameter("step", "str", REQUIRED, "module:function", "step(state, inputs)"),
+        Parameter("step", "str", None, "module:function", "step(state, inputs); none: as sent"),
         Parameter("postprocess", "str", REQUIRED, "module:function", "the response's function"),
         Parameter("code_root", "str", "../..", "directory", "put on sys.path before importing"),
         Parameter("core_model", "str", REQUIRED, "model", "the model BLS calls go to"),
@@ -62,6 +79,14 @@ class SessionStep(PythonStep):
         ),
         Parameter("max_sessions", "int", REQUIRED, "sessions", "per instance", minimum=1),
         Parameter("controls", "names", ("START", "END"), "tensors", "START and END control inputs"),
+        Parameter(
+            "core_states",
+            "str",
+            None,
+            "JSON",
+            "state the core returns: [{input, output, data_type, dims}]",
+        ),
+        Parameter("implicit_state", "flag", False, "", "the core keeps core_states (Triton)"),
     )
 
     def setup(self) -> None:
@@ -73,12 +98,18 @@ class SessionStep(PythonStep):
         self.controls = s["controls"]
         self.core_model, self.core_outputs = s["core_model"], s["core_outputs"]
         max_batch = int(self.model_config.get("max_batch_size", 1))
+        states = tuple(
+            CoreStateSpec(t["input"], t["output"], spec.dtype, spec.dims)
+            for t in json.loads(s["core_states"] or "[]")
+            for spec in output_specs([{**t, "name": t["output"]}]).values()
+        )
+        step = load_function(s["step"], root) if s["step"] else None
         self.events = SessionEvents(
-            load_function(s["step"], root), s["step"],
+            step, s["step"] or "",
             load_function(s["postprocess"], root), s["postprocess"],
             self.store, output_specs(json.loads(s["step_outputs"])), s["core_inputs"],
             output_specs(self.model_config["output"], max_batch), self._call_core,
-            s["core_max_batch_size"],
+            s["core_max_batch_size"], states, s["implicit_state"],
         )  # fmt: skip
 
     def read_inputs(self, request: Any) -> dict[str, Any]:
@@ -92,13 +123,25 @@ class SessionStep(PythonStep):
     def run(self, items: list[Event]) -> list[Outputs | Exception]:
         return self.events.run(items)
 
-    def _call_core(self, feeds: Tensors) -> Tensors | Exception:
-        """The core model on ``feeds`` through BLS; its error as a RuntimeError."""
+    def _call_core(
+        self, feeds: Tensors, sequence: SequenceFlags | None = None
+    ) -> Tensors | Exception:
+        """The core model on ``feeds`` through BLS; its error as a RuntimeError. With
+        ``sequence`` (implicit state), the request carries the session's correlation ID and
+        its START/END flags."""
         pb = self.pb_utils
+        extra: dict[str, Any] = {}
+        if sequence is not None:
+            key, start, end = sequence
+            flags = (pb.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if start else 0) | (
+                pb.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END if end else 0
+            )
+            extra = {"correlation_id": key, "flags": flags}
         request = pb.InferenceRequest(
             model_name=self.core_model,
             requested_output_names=list(self.core_outputs),
             inputs=[pb.Tensor(name, np.ascontiguousarray(v)) for name, v in feeds.items()],
+            **extra,
         )
         response = request.exec()
         if response.has_error():

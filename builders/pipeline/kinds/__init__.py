@@ -8,11 +8,13 @@ description is.
   (:mod:`builders.pipeline.serving_forms`);
 * several models (:mod:`~builders.pipeline.kinds.graph`): ``[models.<key>]``, ``[[step]]``; an
   ensemble of its steps;
-* session (:mod:`~builders.pipeline.kinds.session`): ``[sequence]``, ``[session] step``; the
-  session model (the state in the step) and the core;
-* state in the core (:mod:`~builders.pipeline.kinds.core_state`): ``[sequence]`` with
-  ``[[sequence.state]]``; one model, the graph with Triton's implicit state (the session step
-  class in the CPU sets).
+* session (:mod:`~builders.pipeline.kinds.session`): ``[sequence]``, ``[session] step`` and/or
+  ``[[sequence.state]]`` (state the core returns); the session model (the step's state, the
+  core's fed back per event) and the core, proven event by event
+  (:mod:`~builders.pipeline.kinds.session_proof`);
+* session step class (:mod:`~builders.pipeline.kinds.core_state`): ``[sequence]`` with
+  ``[[sequence.state]]`` and ``[session] step_class``; one model, the graph with Triton's
+  implicit state (the hand-written session step class in the CPU sets).
 
 What the kinds share: :mod:`~builders.pipeline.kinds.base` (the interface, clashes, imports of
 the user's functions, tensors compared), :mod:`~builders.pipeline.kinds.sample_checks` (the

@@ -94,13 +94,21 @@ def _owner(folder: Path) -> str:
     return f"generated from {match[1]}" if match else ""
 
 
+def is_model_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds a model: a ``config.pbtxt`` or config sets (``configs/``). A
+    folder with only a build's outputs (``1/model.onnx``, written before the description was
+    generated, as a builder core's stateful graph is) is no model yet."""
+    return (folder / "config.pbtxt").is_file() or (folder / "configs").is_dir()
+
+
 def check_clashes(description: Header, repository: Path, owned: set[str], force: bool,
                   problems: list[str]) -> None:  # fmt: skip
-    """Each of the description's models against the folders already in ``repository``
-    (arguments as :meth:`Kind.check`); problems are appended to ``problems``."""
+    """Each of the description's models against the models already in ``repository``
+    (arguments as :meth:`Kind.check`; :func:`is_model_folder`); problems are appended to
+    ``problems``."""
     fields, models = description.model_fields, description.models
     for field, model in zip(fields, models, strict=True):
-        if (repository / model).exists() and model not in owned and not force:
+        if is_model_folder(repository / model) and model not in owned and not force:
             owner = _owner(repository / model)
             problems.append(
                 f"{field}: '{model}' clashes with an existing model in {repository.name}/"
@@ -110,7 +118,8 @@ def check_clashes(description: Header, repository: Path, owned: set[str], force:
                     if field == "name"
                     else f"set {field} = '<another name>', or pick another name"
                 )
-                + " (--force replaces that model: its files are lost)"
+                + " (--force writes this description's files into that folder, over those of "
+                "the same name; its other files stay)"
             )
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from builders.pipeline.config_writer import SequenceBatching
 from builders.pipeline.graph import GraphIO, GraphTensor, ModelSourceError, graph_io, obtain_model
 from builders.pipeline.kinds.base import Checked, import_function
 from builders.pipeline.model_configs import CoreTensor, core_config, core_sets, version_folders
 from tritonrepo.description import Core, Pipeline
-from tritonrepo_format.config_sets import set_file
+from tritonrepo_format.config_sets import DEFAULT_SET, set_file
 
 CoreTensors = tuple[tuple[CoreTensor, ...], tuple[CoreTensor, ...]]  # inputs, outputs
 
@@ -81,18 +82,27 @@ def core_tensors(core: Core, io: GraphIO | None, problems: list[str]) -> CoreTen
     )
 
 
-def core_files(pipeline: Pipeline, checked: Checked, repository: Path) -> dict[Path, str]:
+def core_files(pipeline: Pipeline, checked: Checked, repository: Path,
+               implicit_state: SequenceBatching | None = None) -> dict[Path, str]:  # fmt: skip
     """The core model's config in each of its sets
     (:func:`~builders.pipeline.model_configs.core_sets`) and an empty ``.gitkeep`` in each
-    version folder (``make artifacts`` fills them)."""
+    version folder (``make artifacts`` fills them). With ``implicit_state`` (the sequence
+    batcher and the states of a core that returns state), the TensorRT plan keeps the state
+    itself: its config declares neither the state inputs nor the state outputs."""
     core = pipeline.core
     folder = repository / core.model
-    files = {
-        folder / set_file(config_set): core_config(
-            pipeline, core, checked.core_inputs, checked.core_outputs, config_set, checked.tensorrt
+    states = implicit_state.states if implicit_state else ()
+    hidden = {s.input_name for s in states} | {s.output_name for s in states}
+    files = {}
+    for config_set in core_sets(core):
+        inputs, outputs = checked.core_inputs, checked.core_outputs
+        implicit = implicit_state if config_set == DEFAULT_SET and checked.tensorrt else None
+        if implicit is not None:
+            inputs = tuple(t for t in inputs if t.name not in hidden)
+            outputs = tuple(t for t in outputs if t.name not in hidden)
+        files[folder / set_file(config_set)] = core_config(
+            pipeline, core, inputs, outputs, config_set, checked.tensorrt, implicit_state=implicit
         )
-        for config_set in core_sets(core)
-    }
     for version in version_folders(core):
         files[folder / str(version) / ".gitkeep"] = ""
     return files

@@ -1,6 +1,8 @@
-"""The state-in-the-core kind: a stateful description whose core graph keeps the session's
-state (``[[sequence.state]]``, ``[session] step_class``, ``[session] reference``; the types:
-:mod:`tritonrepo.description.schema.stateful`).
+"""The session-step-class kind: a stateful description whose core graph keeps the session's
+state and whose CPU sets run a hand-written step class (``[[sequence.state]]``, ``[session]
+step_class``, ``[session] reference``; the types: :mod:`tritonrepo.description.schema.stateful`).
+Without ``step_class``, ``[[sequence.state]]`` is the session kind's
+(:mod:`builders.pipeline.kinds.session`).
 
 One model serves under the session's name: ``config.pbtxt`` runs the stateful graph as a
 TensorRT plan with Triton's implicit state (:func:`graph_config`); ``configs/cpu.pbtxt`` and
@@ -142,9 +144,10 @@ def _check_declared_io(pipeline: Pipeline, problems: list[str]) -> None:
 
 
 class CoreStateKind:
-    """The kind of a stateful description with its state in the core (module docstring)."""
+    """The kind of a stateful description whose CPU sets run a hand-written session step class
+    (module docstring)."""
 
-    name = "state in the core"
+    name = "session step class"
     suite = "session_suite:SessionSuite"  # the generated tests' suite (tests/)
 
     def check(self, pipeline: Pipeline, repository: Path, owned: set[str],
@@ -162,7 +165,7 @@ class CoreStateKind:
         make_samples = import_function(pipeline.samples, "samples.function", problems)
         check_calls(core_state.calls, "session.calls", repository, problems)
         _check_declared_io(pipeline, problems)
-        probe = None
+        probe, proof = None, None
         sessions = None
         if make_samples is not None and not problems:
             sessions = sample_sessions(pipeline, make_samples, problems)
@@ -172,8 +175,12 @@ class CoreStateKind:
                 problems.append(f"samples.function: the smallest event of session 0 is "
                                 f"{len(probe)} bytes as JSON, over {PROBE_LIMIT_BYTES} for the "
                                 "health probe in the config; add a smaller one")  # fmt: skip
-            prove_built_graph(pipeline, repository, sessions, reference, problems)
+            proof = prove_built_graph(pipeline, repository, sessions, reference, problems)
         raise_problems(pipeline, problems)
+        if proof is not None:  # one line, like the build's batch parity
+            print(f"{pipeline.name}: the stateful graph proven event by event on "
+                  f"{proof.sessions} sample sessions ({proof.events} events) against "
+                  f"{core_state.reference}: max abs diff {proof.max_abs_diff:.3g}")  # fmt: skip
         checked = Checked((), (), probe, None)
         declared = probe_table_json(pipeline, problems)  # a [probe] table wins
         raise_problems(pipeline, problems)

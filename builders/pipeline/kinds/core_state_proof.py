@@ -7,8 +7,8 @@ Triton's implicit state feeds each state ``output`` of a session's request back 
 the same in ONNX Runtime: each sample session is run request by request from zeros, with the
 controls a sequence batcher sends (START on the first event, END on the last, READY on all), and
 every event's outputs must equal the description's ``reference`` (the stateless answer computed
-on the whole session so far): integers exactly, floats within :data:`ATOL` + :data:`RTOL` x
-|reference|.
+on the whole session, one row per event): integers exactly, floats within :data:`ATOL` +
+:data:`RTOL` x |reference|.
 """
 
 from __future__ import annotations
@@ -98,13 +98,13 @@ def _event(values: Mapping[str, Any], j: int, batched: bool) -> dict[str, np.nda
 
 def prove_events(
     pipeline: Pipeline, model_bytes: bytes, sessions: Sequence[Mapping[str, Any]],
-    reference: Callable[[list[dict[str, np.ndarray]]], Mapping[str, Any]], problems: list[str],
+    reference: Callable[[dict[str, np.ndarray]], Mapping[str, Any]], problems: list[str],
 ) -> Proof:  # fmt: skip
     """Run every session of ``sessions`` (request tensors, one row per event) through the
     stateful graph ``model_bytes`` event by event, each state output fed back as the next state
-    input from the initial state, and compare each event's outputs with ``reference`` on the
-    session's events so far. Problems name the session, event and output (the first differing
-    event of a session ends that session's run)."""
+    input from the initial state, and compare each event's outputs with row ``j`` of
+    ``reference(session)`` (the answers to the whole session). Problems name the session, event
+    and output (the first differing event of a session ends that session's run)."""
     import onnxruntime as ort
 
     assert pipeline.sequence is not None and pipeline.core_state is not None
@@ -120,10 +120,13 @@ def prove_events(
     for i, session in enumerate(sessions):
         count = len(np.asarray(next(iter(session.values()))))
         state = {s.input: np.zeros((*lead, *s.dims), DTYPES[s.dtype]) for s in states}
-        history: list[dict[str, np.ndarray]] = []
+        try:
+            answers = reference({k: np.asarray(v) for k, v in session.items()})
+        except Exception as exc:
+            problems.append(f"session.reference: session {i} failed{raised_at(exc)}: {exc!r}")
+            return Proof(len(sessions), events_run, worst)
         for j in range(count):
             event = _event(session, j, batched)
-            history.append(event)
             flags = {"start": j == 0, "end": j == count - 1, "ready": True}
             feed = {**event, **state}
             for key, name in controls.items():
@@ -133,7 +136,7 @@ def prove_events(
                     feed[name] = np.full((*lead, 1), value, dtype)
             try:
                 out = dict(zip(names, runner.run(None, feed), strict=True))
-                want = reference([dict(e) for e in history])
+                want = _event(answers, j, batched)
             except Exception as exc:
                 problems.append(f"model: session {i} event {j} failed{raised_at(exc)}: {exc!r}")
                 return Proof(len(sessions), events_run, worst)
@@ -181,8 +184,9 @@ def prove_built_graph(pipeline: Pipeline, repository: Path, sessions: list, refe
     path = graph_path(pipeline, repository)
     if not path.is_file():
         problems.append(
-            f"model.builder: the stateful graph {path} is not built; build it first "
-            f"(python -m {pipeline.core.builder}, which `make artifacts` runs)"
+            f"model.builder: the stateful graph {path} is not built yet; build it with "
+            f"`.venv/bin/python -m {pipeline.core.builder}`, then run `make pipeline "
+            f"NAME={pipeline.name}` again (its folder is then no clash)"
         )
         return None
     try:

@@ -15,8 +15,9 @@ KINDS: tuple[Kind, ...] = (SINGLE_CORE, GRAPH, SESSION, CORE_STATE)
 
 def kind_of(description: Header) -> Kind:
     """The kind of ``description`` (:func:`tritonrepo.description.load`): several models
-    (``[models.<key>]``/``[[step]]``), state in the core (``[[sequence.state]]``), a session
-    (``[sequence]``), else a single core.
+    (``[models.<key>]``/``[[step]]``), a session step class (``[[sequence.state]]`` with
+    ``step_class``), a session (``[sequence]``, with or without ``[[sequence.state]]``), else
+    a single core.
 
     Raises:
         TypeError: ``description`` is of no known shape.

@@ -6,7 +6,7 @@ problem collected and reported at once (:class:`~tritonrepo.description.Descript
 * :mod:`~tritonrepo.description.parse.model_tables`: a step table and a core table;
 * :mod:`~tritonrepo.description.parse.single_core`: a description of one core model;
 * :mod:`~tritonrepo.description.parse.stateful`: ``[sequence]`` and ``[session]``;
-* :mod:`~tritonrepo.description.parse.core_state`: state in the core (``[[sequence.state]]``);
+* :mod:`~tritonrepo.description.parse.core_state`: ``[[sequence.state]]`` and session step classes;
 * :mod:`~tritonrepo.description.parse.graph`: several core models (``[models.<key>]``,
   ``[[step]]``);
 * :mod:`~tritonrepo.description.parse.options`: ``[openai_embeddings]``, ``[canary]``,

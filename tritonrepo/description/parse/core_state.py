@@ -1,10 +1,13 @@
-"""Reading state in the core: a stateful description with ``[[sequence.state]]`` tables
-(:func:`parse_core_state`), whose core graph keeps the session's state itself. The types and
-what the two ways of serving it are: :mod:`tritonrepo.description.schema.stateful`.
+"""Reading the state a core graph returns: the ``[[sequence.state]]`` tables
+(:func:`parse_states`), and a stateful description whose CPU sets run a hand-written session
+step class (``[session] step_class``: :func:`parse_core_state`). The types and the ways of
+serving them: :mod:`tritonrepo.description.schema.stateful`.
 
-The generator proves the graph event by event in ONNX Runtime against ``[session] reference``
-(:mod:`builders.pipeline.kinds.core_state_proof`). Fields: ``docs/models/add_your_own_model.md``
-("State in the core").
+Without ``step_class`` the states belong to the generated session model
+(:attr:`~tritonrepo.description.schema.stateful.SessionSpec.states`). The generator proves the
+graph event by event in ONNX Runtime against ``[session] reference``
+(:mod:`builders.pipeline.kinds.session_proof`, :mod:`builders.pipeline.kinds.core_state_proof`).
+Fields: ``docs/models/add_your_own_model.md`` ("A stateful pipeline").
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from tritonrepo_format.config_sets import CPU_SET, TORCH_GPU_SET
 
 
 def parse_states(r: Reader, raw: Any) -> tuple[StateTensor, ...]:
-    """The ``[[sequence.state]]`` tables, problems reported to ``r``."""
+    """The ``[[sequence.state]]`` tables, problems reported to ``r``: each a pair of graph
+    tensors (the state ``output`` of an event fed back as the state ``input`` of the next),
+    numeric, of fixed ``dims``, with the batch dim of the graph at ``batch_axis``."""
     if not isinstance(raw, list) or not raw:
         r.problem("sequence.state", "must be a list of tables ([[sequence.state]])")
         return ()
@@ -40,7 +45,8 @@ def parse_states(r: Reader, raw: Any) -> tuple[StateTensor, ...]:
         if not isinstance(table, dict):
             r.problem(where, "must be a table with input, output, dtype and dims")
             continue
-        r.unknown(table, ("input", "output", "dtype", "dims", "initial", "initial_name"), where)
+        r.unknown(table, ("input", "output", "dtype", "dims", "initial", "initial_name",
+                          "batch_axis"), where)  # fmt: skip
         names = [r.get(table, k, where, str, "") for k in ("input", "output")]
         for key, name in zip(("input", "output"), names, strict=True):
             if not name:
@@ -62,7 +68,12 @@ def parse_states(r: Reader, raw: Any) -> tuple[StateTensor, ...]:
             r.problem(f"{where}.initial", f"{initial!r}: give one of {', '.join(INITIAL_STATES)}")
         initial_name = r.get(table, "initial_name", where, str, "initial_state")
         dims = tuple(d for d in dims if isinstance(d, int))
-        states.append(StateTensor(names[0], names[1], dtype, dims, initial, initial_name))
+        axis = r.get(table, "batch_axis", where, int, 0)
+        if not 0 <= axis <= len(dims):
+            r.problem(f"{where}.batch_axis", f"{axis}: give where the graph has the batch dim "
+                      f"among the state's dims, 0 to {len(dims)}")  # fmt: skip
+            axis = 0
+        states.append(StateTensor(names[0], names[1], dtype, dims, initial, initial_name, axis))
     return tuple(states)
 
 
@@ -89,19 +100,43 @@ def parse_calls(r: Reader, raw: Any, where: str) -> tuple[ModelCall, ...]:
     return tuple(calls)
 
 
+def session_states(r: Reader, data: Mapping[str, Any]) -> tuple[StateTensor, ...]:
+    """The ``[[sequence.state]]`` tables of a description whose generated session model feeds
+    them (no ``[session] step_class``); ``()`` when it has none or a step class keeps them."""
+    sequence, session = data.get("sequence"), data.get("session")
+    if not isinstance(sequence, dict) or "state" not in sequence:
+        return ()
+    if isinstance(session, dict) and "step_class" in session:
+        return ()
+    if "max_candidate_sequences" in sequence:
+        r.problem("sequence.max_candidate_sequences", "belongs to a session step class "
+                  "(session.step_class); the session model has max_sessions x 2")  # fmt: skip
+    return parse_states(r, sequence["state"])
+
+
 def parse_core_state(r: Reader, data: Mapping[str, Any]) -> CoreState | None:
-    """The core-state part of a stateful description, or None when it has no
-    ``[[sequence.state]]`` (state in a step)."""
+    """The part of a stateful description whose CPU sets run a hand-written session step class
+    (``[session] step_class`` with ``[[sequence.state]]``), or None when it has none (the
+    generated session model serves it: :func:`session_states`)."""
     sequence = data.get("sequence")
     session = data.get("session")
-    if not isinstance(sequence, dict) or "state" not in sequence:
+    has_class = isinstance(session, dict) and "step_class" in session
+    if not isinstance(sequence, dict) or "state" not in sequence or not has_class:
         if isinstance(session, dict):
-            for key in ("step_class", "reference", "calls", CPU_SET, TORCH_GPU_SET, "parameters"):
+            for key in ("calls", CPU_SET, TORCH_GPU_SET, "parameters"):
                 if key in session:
-                    r.problem(f"session.{key}", "belongs to state in the core: add "
-                              "[[sequence.state]] tables, or drop it")  # fmt: skip
+                    r.problem(f"session.{key}", "belongs to a session step class: add "
+                              "step_class = 'module:Class' and [[sequence.state]] tables, or "
+                              "drop it")  # fmt: skip
+            if has_class:
+                r.problem("session.step_class", "keeps the state of [[sequence.state]] tables: "
+                          "add them, or drop step_class")  # fmt: skip
         return None
     states = parse_states(r, sequence["state"])
+    for i, state in enumerate(states):
+        if state.batch_axis:
+            r.problem(f"sequence.state[{i}].batch_axis", "a builder core writes its own graph: "
+                      "give its state batch first there (batch_axis = 0)")  # fmt: skip
     session = session if isinstance(session, dict) else {}
     step_class = r.get(session, "step_class", "session", str, "")
     if not step_class:
@@ -112,13 +147,11 @@ def parse_core_state(r: Reader, data: Mapping[str, Any]) -> CoreState | None:
         r.problem("session.step_class", f"{step_class!r} is not 'package.module:Class'")
     if "step" in session:
         r.problem("session.step", "state in the core runs session.step_class; drop step")
-    reference = r.get(session, "reference", "session", str, None)
-    if reference is not None and not REF_PATTERN.match(reference):
-        r.problem("session.reference", f"{reference!r} is not 'package.module:function'")
+    reference = session.get("reference")  # its type: parse_session
     if reference is None:
         r.problem("session.reference", "is missing; give reference = 'module:function', the "
-                  "stateless answer to a session's last event (it proves the core graph event "
-                  "by event)")  # fmt: skip
+                  "answers to a whole session, one row per event (it proves the core graph "
+                  "event by event)")  # fmt: skip
     calls = parse_calls(r, session.get("calls", []), "session.calls")
     own = {k: session[k] for k in ("instances", "parameters", "doc") if k in session}
     if TORCH_GPU_SET in session:

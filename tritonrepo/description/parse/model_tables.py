@@ -112,6 +112,7 @@ _CORE_KEYS = (
     "versions",
     "int8",
     "fixed_dims",
+    "constants",
     "same_shape_batches",
     "input",
     "output",
@@ -162,6 +163,10 @@ def read_core(r: Reader, raw: Any, name: str, max_batch_size: int) -> Core:
     for key, dims in fixed.items():
         if not isinstance(dims, list) or any(not isinstance(d, int) or d < 1 for d in dims):
             r.problem(f"{where}.fixed_dims.{key}", f"{dims!r}: give fixed sizes >= 1")
+    constants = _constants(r, r.get(raw, "constants", where, dict, {}), where)
+    if constants and sources["builder"] is not None:
+        r.problem(f"{where}.constants", "a builder core writes its own graph: bind the inputs "
+                  "there, or describe the core with onnx or build")  # fmt: skip
     doc = r.get(raw, "doc", where, str, "")
     if TORCH_GPU_SET in raw and sources["onnx"] is not None:
         r.problem(
@@ -189,4 +194,24 @@ def read_core(r: Reader, raw: Any, name: str, max_batch_size: int) -> Core:
         doc=doc,
         inputs=read_tensors(r, raw.get("input"), f"{where}.input"),
         outputs=read_tensors(r, raw.get("output"), f"{where}.output"),
+        constants=constants,
     )
+
+
+def _constants(r: Reader, raw: dict, where: str) -> dict[str, Any]:
+    """``constants``: graph input name -> a number or (nested) lists of numbers, all of one
+    rank; problems reported to ``r``."""
+
+    def numeric(value: Any) -> bool:
+        if isinstance(value, list):
+            return bool(value) and all(numeric(v) for v in value)
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    out = {}
+    for key, value in raw.items():
+        if not numeric(value):
+            r.problem(f"{where}.constants.{key}", f"{value!r}: give a number or a list of "
+                      "numbers (the value the graph input takes on every request)")  # fmt: skip
+            continue
+        out[key] = value
+    return out

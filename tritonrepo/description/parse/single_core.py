@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tritonrepo.description.parse.core_state import parse_core_state
+from tritonrepo.description.parse.core_state import parse_core_state, session_states
 from tritonrepo.description.parse.model_tables import read_core, read_step
 from tritonrepo.description.parse.options import parse_canary, parse_drift, parse_openai
 from tritonrepo.description.parse.reader import (
@@ -110,10 +110,12 @@ def parse(data: Mapping[str, Any], source: Path) -> Pipeline:
 
 
 def _stateful(r: Reader, data: Mapping[str, Any], name: str) -> _Stateful:
-    """``[sequence]``, ``[session]`` and state in the core, each None when not described."""
+    """``[sequence]``, ``[session]`` (with the state a core returns) and a session step class,
+    each None when not described."""
     if "sequence" in data:
         sequence = parse_sequence(r, data["sequence"])
-        session = parse_session(r, data.get("session"), name)
+        states = session_states(r, data)
+        session = parse_session(r, data.get("session"), name, states)
         return sequence, session, parse_core_state(r, data)
     if "session" in data:
         r.problem("session", "needs a [sequence] table (a stateful pipeline); add one or drop it")

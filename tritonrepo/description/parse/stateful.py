@@ -1,8 +1,8 @@
 """Reading the stateful tables of a description: ``[sequence]`` (:func:`parse_sequence`),
 ``[session]`` (:func:`parse_session`, :func:`session_outputs`) and what a stateful description
 may not have (:func:`check_stateful_tables`). The types and the limits are
-:mod:`tritonrepo.description.schema.stateful`'s; state in the core is read by
-:mod:`tritonrepo.description.parse.core_state`.
+:mod:`tritonrepo.description.schema.stateful`'s; the ``[[sequence.state]]`` tables and a
+hand-written session step class are read by :mod:`tritonrepo.description.parse.core_state`.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from tritonrepo.description.schema.stateful import (
     TENSOR_NAME,
     SequenceSpec,
     SessionSpec,
+    StateTensor,
 )
 from tritonrepo.description.schema.tables import REF_PATTERN, Tensor
 from tritonrepo_format.config_sets import TORCH_GPU_SET
 
-# Fields of state in the core (tritonrepo.description.parse.core_state), read there.
+# Fields of a session step class (tritonrepo.description.parse.core_state), read there.
 CORE_STATE_SEQUENCE_KEYS = ("state", "max_candidate_sequences")
-CORE_STATE_SESSION_KEYS = ("step_class", "reference", "calls", "parameters", TORCH_GPU_SET)
+CORE_STATE_SESSION_KEYS = ("step_class", "calls", "parameters", TORCH_GPU_SET)
 
 
 def parse_sequence(r: Reader, raw: Any) -> SequenceSpec:
@@ -96,27 +97,33 @@ def parse_sequence(r: Reader, raw: Any) -> SequenceSpec:
     return SequenceSpec(float(idle), kind, max_sessions, controls, delay)
 
 
-def parse_session(r: Reader, raw: Any, name: str) -> SessionSpec:
-    """The ``[session]`` table, problems reported to ``r``."""
+def parse_session(r: Reader, raw: Any, name: str,
+                  states: tuple[StateTensor, ...] = ()) -> SessionSpec:  # fmt: skip
+    """The ``[session]`` table, problems reported to ``r``; ``states``: the state the core
+    returns (``[[sequence.state]]`` without a step class), which makes ``step`` optional."""
     where = "session"
     if not isinstance(raw, dict):
         r.problem(where, "is missing; add a [session] table with step = 'module:function'")
         raw = {}
-    r.unknown(raw, ("step", "model", "instances", "outputs", "doc", *CORE_STATE_SESSION_KEYS),
-              where)  # fmt: skip
+    r.unknown(raw, ("step", "model", "instances", "outputs", "doc", "reference",
+                    *CORE_STATE_SESSION_KEYS), where)  # fmt: skip
     step = r.get(raw, "step", where, str, "")
     if "step_class" in raw:
-        pass  # state in the core: tritonrepo.description.core_state reads it
-    elif not step:
+        pass  # a hand-written step class: tritonrepo.description.parse.core_state reads it
+    elif not step and not states:
         r.problem(f"{where}.step", "is missing; give step = 'package.module:function', a "
-                  "function step(state, inputs) -> (state, outputs)")  # fmt: skip
-    elif not REF_PATTERN.match(step):
+                  "function step(state, inputs) -> (state, outputs), or, when the state comes "
+                  "out of the core model, [[sequence.state]] tables")  # fmt: skip
+    elif step and not REF_PATTERN.match(step):
         r.problem(f"{where}.step", f"{step!r} is not 'package.module:function'")
+    reference = r.get(raw, "reference", where, str, None)
+    if reference is not None and not REF_PATTERN.match(reference):
+        r.problem(f"{where}.reference", f"{reference!r} is not 'package.module:function'")
     instances = r.get(raw, "instances", where, int, 1)
     if instances < 1:
         r.problem(f"{where}.instances", f"{instances}: give 1 or more")
     return SessionSpec(step, r.get(raw, "model", where, str, name), instances,
-                       r.get(raw, "doc", where, str, ""))  # fmt: skip
+                       r.get(raw, "doc", where, str, ""), states, reference)  # fmt: skip
 
 
 def check_stateful_tables(r: Reader, data: Mapping[str, Any], sequence: SequenceSpec,

@@ -4,7 +4,8 @@
   tables every shape shares (:class:`Tensor`, :class:`Deployment`, :class:`Step`, :class:`Core`);
 * :mod:`~tritonrepo.description.schema.header`: :class:`Header`, the fields of every shape;
 * :mod:`~tritonrepo.description.schema.single_core`: :class:`Pipeline` (one core model);
-* :mod:`~tritonrepo.description.schema.stateful`: ``[sequence]``, ``[session]``, state in the core;
+* :mod:`~tritonrepo.description.schema.stateful`: ``[sequence]``, ``[session]``, the state a
+  core returns, session step classes;
 * :mod:`~tritonrepo.description.schema.graph`: :class:`GraphPipeline` (several core models);
 * :mod:`~tritonrepo.description.schema.options`: ``[openai_embeddings]``, ``[canary]``,
   ``[drift]``.

@@ -31,7 +31,7 @@ class Pipeline(Header):
     postprocess: Step
     sequence: SequenceSpec | None = None  # [sequence]: a stateful pipeline
     session: SessionSpec | None = None  # [session]: its step(state, inputs) function
-    core_state: CoreState | None = None  # [[sequence.state]]: state in the core
+    core_state: CoreState | None = None  # [[sequence.state]] with [session] step_class
     # torch_gpu set: the pipeline as one Python model on the GPU, not an ensemble
     # (builders/pipeline/serving_forms/chained_gpu.py says when it can be, and why one would)
     one_step_gpu: bool = False
@@ -63,7 +63,7 @@ class Pipeline(Header):
     @property
     def models(self) -> tuple[str, ...]:
         """The model names: ensemble, preprocess, core, postprocess; for a stateful pipeline
-        the session model and the core; with state in the core, the session model alone."""
+        the session model and the core; with a session step class, the session model alone."""
         if self.core_state is not None and self.session is not None:
             return (self.session.model,)
         if self.session is not None:

@@ -1,19 +1,24 @@
 """The stateful tables of a description, as types: ``[sequence]`` (:class:`SequenceSpec`),
-``[session]`` (:class:`SessionSpec`) and state in the core (``[[sequence.state]]``:
-:class:`CoreState`, :class:`StateTensor`, :class:`ModelCall`), with their limits.
+``[session]`` (:class:`SessionSpec`), the state the core model returns (``[[sequence.state]]``:
+:class:`StateTensor`) and a hand-written session step class (:class:`CoreState`,
+:class:`ModelCall`), with their limits.
 
 A stateful pipeline is served by the session model ``<name>`` (Python backend,
 ``sequence_batching``: :class:`tritonrepo.pipelines.session_step.SessionStep`) and the core
 model. Each request is one event of a session (correlation ID); the session model keeps each
 session's state, runs the user's ``step(state, inputs) -> (state, outputs)`` on the event, calls
 the core model through BLS with ``outputs`` and turns the core's results into the response with
-the ``[postprocess]`` function, in the same model.
+the ``[postprocess]`` function, in the same model. The state lives in one of two places, or
+both: in the step's own ``state`` (computed before the core runs), and in the core model's
+outputs (``[[sequence.state]]`` in :attr:`SessionSpec.states`: each state ``output`` of an
+event's core run is fed back as the state ``input`` of the session's next event, from the
+initial state at START), as in a recurrent network.
 
-With state in the core, one model serves under the session's name: ``config.pbtxt`` runs the
-core graph with Triton's implicit state (each ``[[sequence.state]]`` ``input`` fed from the
+With ``[session] step_class``, one model serves under the session's name: ``config.pbtxt`` runs
+the core graph with Triton's implicit state (each ``[[sequence.state]]`` ``input`` fed from the
 ``output`` of the session's previous request, zeros at START); ``configs/cpu.pbtxt`` and
-``configs/torch_gpu.pbtxt`` run ``[session] step_class``, a ``PythonStep`` subclass that keeps
-the state per correlation ID itself and may call other models through BLS.
+``configs/torch_gpu.pbtxt`` run that hand-written ``PythonStep`` subclass, which keeps the
+state per correlation ID itself and may call other models through BLS.
 
 ``docs/models/add_your_own_model.md`` ("A stateful pipeline", "State in the core") describes the
 fields; the limits are Triton 2.51's. Types only: :mod:`tritonrepo.description.parse.stateful`
@@ -69,20 +74,29 @@ class SequenceSpec:
 
 @dataclass(frozen=True)
 class SessionSpec:
-    """The ``[session]`` table: the user's ``step`` (``module:function``), the session model's
-    name (default: the pipeline's), its instances (each holds its own sessions)."""
+    """The ``[session]`` table: the user's ``step`` (``module:function``; ``""`` with
+    :attr:`states` and no step: the request's tensors go to the core as they are), the session
+    model's name (default: the pipeline's), its instances (each holds its own sessions); the
+    state the core returns (``[[sequence.state]]``, empty: none) and ``reference``
+    (``module:function``: ``reference(events) -> outputs``, the answers to a whole session, one
+    row per event, from a stateless or the model's own streaming implementation; None: not
+    given)."""
 
     step: str
     model: str
     instances: int
     doc: str = ""
+    states: tuple[StateTensor, ...] = ()
+    reference: str | None = None
 
 
 @dataclass(frozen=True)
 class StateTensor:
     """One ``[[sequence.state]]``: the graph's state ``input`` and ``output`` tensors (Triton's
-    ``input_name``/``output_name``), their Triton ``dtype`` and ``dims`` (without a batch dim),
-    the ``initial`` state at START (``zeros``) and that initial state's ``initial_name``."""
+    ``input_name``/``output_name``), their Triton ``dtype`` and ``dims`` (one session's state,
+    without a batch dim), the ``initial`` state at START (``zeros``), that initial state's
+    ``initial_name``, and ``batch_axis``: where the graph as given has the batch dim among
+    ``dims`` (0: first; the build moves it first, as Triton and the session model need)."""
 
     input: str
     output: str
@@ -90,6 +104,13 @@ class StateTensor:
     dims: tuple[int, ...]
     initial: str = "zeros"
     initial_name: str = "initial_state"
+    batch_axis: int = 0
+
+    @property
+    def graph_shape(self) -> tuple[int | None, ...]:
+        """The state's shape as the graph as given takes it: ``dims`` with the batch dim
+        (None) at ``batch_axis``."""
+        return (*self.dims[: self.batch_axis], None, *self.dims[self.batch_axis :])
 
 
 @dataclass(frozen=True)
@@ -108,8 +129,8 @@ class CoreState:
     """What a description with ``[[sequence.state]]`` adds (module docstring).
 
     ``step_class``: the session step of the cpu/torch_gpu sets (``module:Class``); ``calls``:
-    the models it calls; ``reference``: ``module:function`` giving the stateless answer to the
-    last of a session's events (a list of request dicts); ``deployments``: the session step's
+    the models it calls; ``reference``: ``module:function`` giving the answers to a whole
+    session (:attr:`SessionSpec.reference`); ``deployments``: the session step's
     ``cpu``/``torch_gpu`` sets (instances, parameters, doc); ``max_candidate_sequences``:
     the Oldest strategy's slots per instance (None: ``max_sessions`` x 2)."""
 

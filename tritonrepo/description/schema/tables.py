@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tritonrepo_format.config_sets import CONFIG_SETS as CONFIG_SET_TABLE
 from tritonrepo_format.dtypes import DATA_TYPES
@@ -123,7 +124,9 @@ class Core:
     """The core model: an ``onnx`` file, a ``build`` function, or a ``builder`` module of this
     repository that writes it; the ``versions`` that serve; ``int8`` also builds version 2
     (ONNX Runtime static INT8, calibrated on the samples); per-config-set ``deployments``;
-    ``fixed_dims`` fixes dynamic non-batch dims of graph inputs (name -> dims)."""
+    ``fixed_dims`` fixes dynamic non-batch dims of graph inputs (name -> dims); ``constants``
+    binds graph inputs to fixed values at build time (name -> a number or nested lists: the
+    input becomes a constant of the graph, of its dtype, so no request or step sends it)."""
 
     model: str
     onnx: str | None
@@ -137,3 +140,4 @@ class Core:
     doc: str = ""
     inputs: tuple[Tensor, ...] = ()  # declared I/O: required for a builder core
     outputs: tuple[Tensor, ...] = ()
+    constants: Mapping[str, Any] = field(default_factory=dict)

@@ -67,7 +67,9 @@ $(STAMP): requirements.txt pyproject.toml
 artifacts: pipeline-artifacts $(PLAN_SOURCES)
 
 # The core models of every pipeline (pipelines/*/pipeline.toml, builders/pipeline/build.py), a
-# pipeline after those whose models it calls: each is rebuilt only when its description or code
+# pipeline after those whose models it calls, the `builder` modules (each a process of its own,
+# the CTR training among them) one after another beside the other pipelines (--one-lane: one at
+# a time): each is rebuilt only when its description or code
 # changed (a digest in its build_metadata.json), or, for a `builder` module (the shipped cores:
 # text_embedding's encoder versions and tokenizer, ctr_ranking's CTR model (~3 min), ctr_session's
 # stateful graph, image_classification's EfficientNet-Lite0 FP32 + INT8 and ResNet-50, ~1 min),

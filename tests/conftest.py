@@ -7,7 +7,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -57,22 +57,32 @@ SERVER_TESTED = tuple(p.name for p in map(load, discover(PIPELINES)) if not p.te
 TEST_EXIT_TIMEOUT_S = 5
 
 
-def server_options(name: str = "tritonserver", **overrides) -> ServerOptions:
+def free_ports(count: int, avoid: Collection[int | None] = ()) -> list[int]:
+    """``count`` ports free right now, each unlike the others and unlike ``avoid``: the system
+    may hand out a port it just gave again (seen: HTTP and gRPC on one port, and tritonserver
+    refusing to start)."""
+    ports: list[int] = []
+    for _ in range(count):
+        ports.append(free_port(avoid=[*avoid, *ports]))
+    return ports
+
+
+def server_options(
+    name: str = "tritonserver", *, heal_metrics: bool = False, **overrides
+) -> ServerOptions:
     """Options for a test server on free ports with a random repository key, serving
     :data:`SERVER_TESTED`, logging to build/test-logs/<name>.log (<name>-<worker>.log on a
     pytest-xdist worker: each worker has a session server of its own), with Triton's exit
-    timeout at :data:`TEST_EXIT_TIMEOUT_S`."""
+    timeout at :data:`TEST_EXIT_TIMEOUT_S`; ``heal_metrics``: the supervisor's metrics on a
+    free port of their own too (unlike the other three)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    # Each port unlike the others: the system may hand out a port it just gave again (seen:
-    # HTTP and gRPC on one port, and tritonserver refusing to start).
-    ports: list[int] = []
-    for _ in range(3):
-        ports.append(free_port(avoid=ports))
+    ports = free_ports(4)
     defaults = {
         "models": SERVER_TESTED,
         "http_port": ports[0],
         "grpc_port": ports[1],
         "metrics_port": ports[2],
+        "heal_metrics_port": ports[3] if heal_metrics else None,
         "log_file": BUILD_DIR / "test-logs" / (f"{name}-{worker}.log" if worker else f"{name}.log"),
         "repository_key": secrets.token_urlsafe(16),
         "exit_timeout_s": TEST_EXIT_TIMEOUT_S,

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import require_artifacts, server_options, wait_for
+from tests.conftest import free_ports, require_artifacts, server_options, wait_for
 from tritonrepo.image import spec as image_spec
-from tritonrepo.server.launcher import TritonServer, free_port
+from tritonrepo.server.launcher import TritonServer
 from tritonrepo.server.processes import metric_values
 from tritonrepo.text import spec
 from tritonrepo_client import EmbeddingClient, RepositoryClient, RetryPolicy
@@ -46,14 +46,9 @@ RIDE_OUT = RetryPolicy(attempts=60, initial_backoff_s=0.1, max_backoff_s=1.0)
 def restart_options(name: str, **overrides):
     """A throwaway text_embedding server that restarts when it dies, supervised (a pass every
     second) with its metrics on a free port."""
-    values = {
-        "models": (spec.ENSEMBLE,),
-        "restart_on_crash": True,
-        "heal_interval_s": 1.0,
-        "heal_metrics_port": free_port(),
-    }
+    values = {"models": (spec.ENSEMBLE,), "restart_on_crash": True, "heal_interval_s": 1.0}
     values.update(overrides)
-    return server_options(name, **values)
+    return server_options(name, heal_metrics=True, **values)
 
 
 def embed_reference(url: str) -> dict[str, np.ndarray]:
@@ -267,7 +262,7 @@ def test_a_crash_loop_is_given_up_after_the_restart_limit(capsys):
 
 # --- tritonrepo-serve ---------------------------------------------------------------------------
 def serve_command(tmp_path: Path, *extra: str) -> tuple[list[str], dict[str, int]]:
-    ports = {name: free_port() for name in ("http", "grpc", "metrics", "heal")}
+    ports = dict(zip(("http", "grpc", "metrics", "heal"), free_ports(4), strict=True))
     command = [
         sys.executable,
         "-m",

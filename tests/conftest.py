@@ -43,6 +43,16 @@ def require_artifacts() -> None:
             pytest.fail(f"{onnx_file} is missing: run `make artifacts` (make test does it)")
 
 
+def require_guard() -> None:
+    """Fail (not skip) when the HTTP guard cannot run here (nginx or its njs module missing):
+    `make test` installs them (`make guard-deps`), so a missing one is a broken setup."""
+    from tritonrepo.server.http_guard import guard_available
+
+    missing = guard_available()
+    if missing:
+        pytest.fail(f"the HTTP guard cannot run here: {missing} (make test runs make guard-deps)")
+
+
 # What the test servers serve unless a test names its models: the pipelines whose tests are this
 # repository's server tests (`tests = false` in their description: text_embedding, ctr_ranking,
 # ctr_session, image_classification). The other described pipelines' generated tests start

@@ -50,7 +50,7 @@ def numpy_2() -> Path:
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         if out.returncode != 0:
-            pytest.skip(f"pip could not install numpy {NUMPY_2}: {out.stderr.strip()[-300:]}")
+            pytest.fail(f"pip could not install numpy {NUMPY_2}: {out.stderr.strip()[-300:]}")
         staging.replace(folder)
     return folder
 

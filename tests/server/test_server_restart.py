@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import free_ports, require_artifacts, server_options, wait_for
+from tests.conftest import free_ports, require_artifacts, require_guard, server_options, wait_for
 from tritonrepo.image import spec as image_spec
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo.server.processes import metric_values
@@ -122,7 +122,7 @@ def test_a_killed_server_is_restarted_and_retrying_clients_lose_nothing(guarded)
     restart; the supervisor still heals afterwards (a stub killed after it is restored)."""
     require_artifacts()
     if guarded:
-        guard_or_skip()
+        require_guard()
     name = f"test_server_restart_kill{'_guarded' if guarded else ''}"
     with TritonServer(restart_options(name, http_guard=guarded)) as server:
         o = server.options
@@ -329,20 +329,12 @@ class Serve:
             self.process.wait(60)
 
 
-def guard_or_skip() -> None:
-    from tritonrepo.server.http_guard import guard_available
-
-    missing = guard_available()
-    if missing:
-        pytest.skip(f"the HTTP guard cannot run here: {missing} (make guard-deps installs it)")
-
-
 def test_serve_runs_the_guard_and_restarts_a_killed_server(tmp_path):
     """`tritonrepo-serve` by default: HTTP behind the guard, restart on crash; after a SIGKILL
     the guard (same port) answers again, the restart counter says SIGKILL; Ctrl-C stops it
     within the bound it states, exit 0."""
     require_artifacts()
-    guard_or_skip()
+    require_guard()
     command, ports = serve_command(tmp_path)
     serve = Serve.start(command, "test-server-restart-key")
     try:

@@ -141,9 +141,12 @@ def triton_server() -> Iterator[TritonServer]:
 
 @pytest.fixture(scope="module")
 def control_server(request) -> Iterator[TritonServer]:
-    """A server of the module's own, for tests that load, unload or roll out models."""
+    """A server of the module's own, for tests that load, unload or roll out models: serving
+    the module's ``CONTROL_SERVER_MODELS`` (the models its tests use; the ones they call are
+    loaded with them), else :data:`SERVER_TESTED`."""
     require_artifacts()
-    with TritonServer(server_options(Path(request.module.__file__).stem)) as server:
+    models = getattr(request.module, "CONTROL_SERVER_MODELS", SERVER_TESTED)
+    with TritonServer(server_options(Path(request.module.__file__).stem, models=models)) as server:
         yield server
 
 

@@ -42,6 +42,7 @@ from tritonrepo_client import (
 from tritonrepo_client.control.rollout import rollout
 
 pytestmark = pytest.mark.server
+CONTROL_SERVER_MODELS = (spec.ENSEMBLE, ctr_spec.RANKING_ENSEMBLE, ctr_spec.SESSION_MODEL)
 
 TEXTS = [
     "A man is eating food.",

@@ -101,10 +101,13 @@ else
 endif
 
 # The test files run on TEST_WORKERS pytest-xdist workers, a file on one worker with its servers
-# (--dist loadfile); TEST_WORKERS=0 runs them all in one process.
+# (--dist loadfile), handed out longest first as tests/conftest.py orders them from the seconds
+# measured per file (tests/data/file_seconds.json; --no-loadscope-reorder keeps that order,
+# which pytest-xdist 3.8 would otherwise replace by the number of tests per file);
+# TEST_WORKERS=0 runs them all in one process.
 TEST_WORKERS ?= 2
 test: artifacts perf-deps k8s-deps monitoring-deps guard-deps
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # No server, no artifacts (tests/unit/, under a minute): what to run after a change to the logic.
 test-unit: setup

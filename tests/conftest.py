@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -170,16 +171,32 @@ def reference_embed(reference_model):
     return embed
 
 
-# Folders by how long their files run, longest first: `make test` runs the files on two
-# pytest-xdist workers (--dist loadfile) in collection order, so the quick files fill the end.
-_FOLDER_ORDER = ("server", "pipelines", "deploy", "artifacts", "gpu", "unit")
+def file_order(seconds: dict[str, float], files: list[str]) -> list[str]:
+    """``files`` (paths relative to the checkout) longest first: by their measured ``seconds``
+    (``tests/data/file_seconds.json``); a file not measured yet counts as long as its folder's
+    longest measured file (new files are most often server files, and a long file handed out
+    last is what keeps one worker running alone at the end). Ties keep the given order."""
+    longest: dict[str, float] = {}
+    for name, value in seconds.items():
+        folder = name.rsplit("/", 1)[0]
+        longest[folder] = max(longest.get(folder, 0.0), value)
+
+    def guess(name: str) -> float:
+        return seconds.get(name, longest.get(name.rsplit("/", 1)[0], 0.0))
+
+    return sorted(files, key=lambda name: -guess(name))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Server tests first and unit tests last; the order within a file is kept."""
+    """The files longest first, by their seconds measured in an earlier run
+    (``tests/data/file_seconds.json``, written by ``python -m tests.durations --save``); the
+    order within a file is kept. `make test` hands whole files to its pytest-xdist workers in
+    this order (``--dist loadfile --no-loadscope-reorder``), so the short files fill the end."""
+    from tests.durations import FILE_SECONDS
 
-    def rank(item: pytest.Item) -> int:
-        folder = item.path.parent.name
-        return _FOLDER_ORDER.index(folder) if folder in _FOLDER_ORDER else len(_FOLDER_ORDER)
-
-    items.sort(key=rank)
+    seconds = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.is_file() else {}
+    names = {id(item): item.path.relative_to(config.rootpath).as_posix() for item in items}
+    rank = {
+        name: i for i, name in enumerate(file_order(seconds, list(dict.fromkeys(names.values()))))
+    }
+    items.sort(key=lambda item: rank[names[id(item)]])

@@ -67,7 +67,9 @@ $(STAMP): requirements.txt pyproject.toml
 artifacts: pipeline-artifacts $(PLAN_SOURCES)
 
 # The core models of every pipeline (pipelines/*/pipeline.toml, builders/pipeline/build.py), a
-# pipeline after those whose models it calls: each is rebuilt only when its description or code
+# pipeline after those whose models it calls, the `builder` modules (each a process of its own,
+# the CTR training among them) one after another beside the other pipelines (--one-lane: one at
+# a time): each is rebuilt only when its description or code
 # changed (a digest in its build_metadata.json), or, for a `builder` module (the shipped cores:
 # text_embedding's encoder versions and tokenizer, ctr_ranking's CTR model (~3 min), ctr_session's
 # stateful graph, image_classification's EfficientNet-Lite0 FP32 + INT8 and ResNet-50, ~1 min),
@@ -99,10 +101,13 @@ else
 endif
 
 # The test files run on TEST_WORKERS pytest-xdist workers, a file on one worker with its servers
-# (--dist loadfile); TEST_WORKERS=0 runs them all in one process.
+# (--dist loadfile), handed out longest first as tests/conftest.py orders them from the seconds
+# measured per file (tests/data/file_seconds.json; --no-loadscope-reorder keeps that order,
+# which pytest-xdist 3.8 would otherwise replace by the number of tests per file);
+# TEST_WORKERS=0 runs them all in one process.
 TEST_WORKERS ?= 2
 test: artifacts perf-deps k8s-deps monitoring-deps guard-deps
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # No server, no artifacts (tests/unit/, under a minute): what to run after a change to the logic.
 test-unit: setup

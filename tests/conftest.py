@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,16 @@ def require_artifacts() -> None:
             pytest.fail(f"{onnx_file} is missing: run `make artifacts` (make test does it)")
 
 
+def require_guard() -> None:
+    """Fail (not skip) when the HTTP guard cannot run here (nginx or its njs module missing):
+    `make test` installs them (`make guard-deps`), so a missing one is a broken setup."""
+    from tritonrepo.server.http_guard import guard_available
+
+    missing = guard_available()
+    if missing:
+        pytest.fail(f"the HTTP guard cannot run here: {missing} (make test runs make guard-deps)")
+
+
 # What the test servers serve unless a test names its models: the pipelines whose tests are this
 # repository's server tests (`tests = false` in their description: text_embedding, ctr_ranking,
 # ctr_session, image_classification). The other described pipelines' generated tests start
@@ -57,22 +68,32 @@ SERVER_TESTED = tuple(p.name for p in map(load, discover(PIPELINES)) if not p.te
 TEST_EXIT_TIMEOUT_S = 5
 
 
-def server_options(name: str = "tritonserver", **overrides) -> ServerOptions:
+def free_ports(count: int, avoid: Collection[int | None] = ()) -> list[int]:
+    """``count`` ports free right now, each unlike the others and unlike ``avoid``: the system
+    may hand out a port it just gave again (seen: HTTP and gRPC on one port, and tritonserver
+    refusing to start)."""
+    ports: list[int] = []
+    for _ in range(count):
+        ports.append(free_port(avoid=[*avoid, *ports]))
+    return ports
+
+
+def server_options(
+    name: str = "tritonserver", *, heal_metrics: bool = False, **overrides
+) -> ServerOptions:
     """Options for a test server on free ports with a random repository key, serving
     :data:`SERVER_TESTED`, logging to build/test-logs/<name>.log (<name>-<worker>.log on a
     pytest-xdist worker: each worker has a session server of its own), with Triton's exit
-    timeout at :data:`TEST_EXIT_TIMEOUT_S`."""
+    timeout at :data:`TEST_EXIT_TIMEOUT_S`; ``heal_metrics``: the supervisor's metrics on a
+    free port of their own too (unlike the other three)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    # Each port unlike the others: the system may hand out a port it just gave again (seen:
-    # HTTP and gRPC on one port, and tritonserver refusing to start).
-    ports: list[int] = []
-    for _ in range(3):
-        ports.append(free_port(avoid=ports))
+    ports = free_ports(4)
     defaults = {
         "models": SERVER_TESTED,
         "http_port": ports[0],
         "grpc_port": ports[1],
         "metrics_port": ports[2],
+        "heal_metrics_port": ports[3] if heal_metrics else None,
         "log_file": BUILD_DIR / "test-logs" / (f"{name}-{worker}.log" if worker else f"{name}.log"),
         "repository_key": secrets.token_urlsafe(16),
         "exit_timeout_s": TEST_EXIT_TIMEOUT_S,
@@ -121,9 +142,12 @@ def triton_server() -> Iterator[TritonServer]:
 
 @pytest.fixture(scope="module")
 def control_server(request) -> Iterator[TritonServer]:
-    """A server of the module's own, for tests that load, unload or roll out models."""
+    """A server of the module's own, for tests that load, unload or roll out models: serving
+    the module's ``CONTROL_SERVER_MODELS`` (the models its tests use; the ones they call are
+    loaded with them), else :data:`SERVER_TESTED`."""
     require_artifacts()
-    with TritonServer(server_options(Path(request.module.__file__).stem)) as server:
+    models = getattr(request.module, "CONTROL_SERVER_MODELS", SERVER_TESTED)
+    with TritonServer(server_options(Path(request.module.__file__).stem, models=models)) as server:
         yield server
 
 
@@ -147,16 +171,32 @@ def reference_embed(reference_model):
     return embed
 
 
-# Folders by how long their files run, longest first: `make test` runs the files on two
-# pytest-xdist workers (--dist loadfile) in collection order, so the quick files fill the end.
-_FOLDER_ORDER = ("server", "pipelines", "deploy", "artifacts", "gpu", "unit")
+def file_order(seconds: dict[str, float], files: list[str]) -> list[str]:
+    """``files`` (paths relative to the checkout) longest first: by their measured ``seconds``
+    (``tests/data/file_seconds.json``); a file not measured yet counts as long as its folder's
+    longest measured file (new files are most often server files, and a long file handed out
+    last is what keeps one worker running alone at the end). Ties keep the given order."""
+    longest: dict[str, float] = {}
+    for name, value in seconds.items():
+        folder = name.rsplit("/", 1)[0]
+        longest[folder] = max(longest.get(folder, 0.0), value)
+
+    def guess(name: str) -> float:
+        return seconds.get(name, longest.get(name.rsplit("/", 1)[0], 0.0))
+
+    return sorted(files, key=lambda name: -guess(name))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Server tests first and unit tests last; the order within a file is kept."""
+    """The files longest first, by their seconds measured in an earlier run
+    (``tests/data/file_seconds.json``, written by ``python -m tests.durations --save``); the
+    order within a file is kept. `make test` hands whole files to its pytest-xdist workers in
+    this order (``--dist loadfile --no-loadscope-reorder``), so the short files fill the end."""
+    from tests.durations import FILE_SECONDS
 
-    def rank(item: pytest.Item) -> int:
-        folder = item.path.parent.name
-        return _FOLDER_ORDER.index(folder) if folder in _FOLDER_ORDER else len(_FOLDER_ORDER)
-
-    items.sort(key=rank)
+    seconds = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.is_file() else {}
+    names = {id(item): item.path.relative_to(config.rootpath).as_posix() for item in items}
+    rank = {
+        name: i for i, name in enumerate(file_order(seconds, list(dict.fromkeys(names.values()))))
+    }
+    items.sort(key=lambda item: rank[names[id(item)]])

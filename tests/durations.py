@@ -1,9 +1,13 @@
 """Per-suite time table of a test run, from pytest's JUnit XML (``--junitxml``): seconds per
-folder of ``tests/`` and the slowest files. With pytest-xdist the files run on two workers, so
-the sums are worker-seconds, not wall time. ``python -m tests.durations build/junit.xml``."""
+folder of ``tests/`` and the slowest files. With pytest-xdist the files run on several workers,
+so the sums are worker-seconds, not wall time. ``python -m tests.durations build/junit.xml``.
+
+``--save`` also writes each file's seconds to ``tests/data/file_seconds.json``, the order
+``make test`` hands the files to its workers in (longest first: ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -22,9 +26,21 @@ def file_seconds(junit: Path) -> Counter[str]:
     return per_file
 
 
+FILE_SECONDS = Path(__file__).parent / "data" / "file_seconds.json"
+
+
+def save(per_file: Counter[str], path: Path = FILE_SECONDS) -> None:
+    """Write ``{file: seconds}`` (to 0.1 s), longest first, to ``path``."""
+    ordered = {name: round(seconds, 1) for name, seconds in per_file.most_common()}
+    path.write_text(json.dumps(ordered, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print the table; exit 1 when the file is missing or unreadable."""
+    """Print the table (``--save``: and write :data:`FILE_SECONDS`); exit 1 when the file is
+    missing or unreadable."""
     args = sys.argv[1:] if argv is None else argv
+    saving = "--save" in args
+    args = [a for a in args if a != "--save"]
     junit = Path(args[0] if args else "build/junit.xml")
     try:
         per_file = file_seconds(junit)
@@ -41,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| slowest files | seconds |\n|---|---|")
     for name, seconds in per_file.most_common(15):
         print(f"| {name} | {seconds:.0f} |")
+    if saving:
+        save(per_file)
+        print(f"\n{len(per_file)} files' seconds written to {FILE_SECONDS}")
     return 0
 
 

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from builders.torch_programs import export as torch_export
+from tests.program_cache import cpu_program, text_encoder_sources
 from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo.text import spec as text_spec
 
 
 def one_step_on_cpu(root: Path, pipeline: str, stages: Sequence[str], core: str) -> None:
@@ -24,7 +26,10 @@ def one_step_on_cpu(root: Path, pipeline: str, stages: Sequence[str], core: str)
         shutil.copytree(
             MODEL_REPOSITORY / model, root / model, ignore=shutil.ignore_patterns("*.onnx")
         )
-    torch_export.build(core, root, "cpu", "fp32")
+    if core == text_spec.ENCODER_MODEL:  # the slow export, shared with test_torch_export.py
+        cpu_program(core, root, text_encoder_sources())
+    else:
+        torch_export.build(core, root, "cpu", "fp32")
     config = root / pipeline / "configs" / "torch_gpu.pbtxt"
     text = config.read_text()
     assert "kind: KIND_GPU" in text

@@ -17,7 +17,8 @@ requires in the pipeline's own model folders are enough when there are some and 
 than every source (Make's rule); the stamp is then written without a build. A pipeline whose
 ``cpu`` set requires no file of its own (ctr_session: its graph serves only the TensorRT set)
 is built. Otherwise ``python -m <module>`` runs (its ``main``), and the stamp
-records the digest and the files the run wrote (under ``model_repository/`` and ``build/``).
+records the digest and the files the run wrote (under ``model_repository/`` and ``build/``;
+not those of the model folders the other lane of ``make artifacts`` writes meanwhile).
 
 One builder run serves every pipeline that names the same module. A builder writes its own
 files; in a checkout whose artifacts are hard links to another's, remove them before a build.
@@ -31,7 +32,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -178,9 +179,18 @@ def _write_stamp(
     return record
 
 
-def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, Any] | None:
+def build(
+    pipeline: Pipeline, repository: Path = MODEL_REPOSITORY, others: Collection[str] = ()
+) -> dict[str, Any] | None:
     """Run ``pipeline``'s builder module when it is stale; the stamp's record, or None when up
     to date.
+
+    Args:
+        pipeline: a description with a ``builder`` core.
+        repository: the model repository.
+        others: model folders that another build writes meanwhile (``make artifacts`` builds
+            the pipelines without a builder module beside the builder modules); files under
+            them are not this builder's outputs.
 
     Raises:
         subprocess.CalledProcessError: the builder exited non-zero (no stamp is written).
@@ -194,7 +204,12 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
     before = _snapshot(REPO_ROOT)
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", module], cwd=REPO_ROOT, check=True)
-    written = [p for p, mtime in _snapshot(REPO_ROOT).items() if before.get(p) != mtime]
+    theirs = tuple(repository / model for model in others)
+    written = [
+        p
+        for p, mtime in _snapshot(REPO_ROOT).items()
+        if before.get(p) != mtime and not any(p.is_relative_to(t) for t in theirs)
+    ]
     sources = module_sources(module)
     outputs = [*written, *required_files(pipeline, repository)]
     seconds = round(time.monotonic() - started, 1)

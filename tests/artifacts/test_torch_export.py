@@ -19,6 +19,7 @@ from builders.gates.accuracy_gate import Tolerance
 from builders.onnx_export import ctr_network
 from builders.onnx_export.ctr import WEIGHTS
 from builders.torch_programs import export as torch_export
+from tests.program_cache import cpu_program, text_encoder_sources
 from tests.sentences import SENTENCES
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.paths import MODEL_REPOSITORY
@@ -46,7 +47,9 @@ def repository(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def encoder_program(repository):
-    metadata = torch_export.build(spec.ENCODER_MODEL, repository, "cpu", "fp32")
+    """The encoder's CPU FP32 program: exported once per run (``tests/program_cache.py``; the
+    one-step server test needs the same program)."""
+    metadata = cpu_program(spec.ENCODER_MODEL, repository, text_encoder_sources())
     return repository / spec.ENCODER_MODEL / "1" / "model.pt2", metadata
 
 

@@ -114,7 +114,7 @@ def running_prometheus(
     for job in config["scrape_configs"]:
         job["static_configs"] = [{"targets": [f"127.0.0.1:{targets[job['job_name']]}"]}]
     (directory / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    port = free_port()
+    port = free_port(avoid=targets.values())  # not a target's port, should one be unbound
     log_file = directory / "prometheus.log"
     with open(log_file, "wb") as log:
         process = subprocess.Popen(

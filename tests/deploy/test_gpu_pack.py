@@ -39,7 +39,7 @@ SOURCE_MODULES = {
 
 def git_tracked() -> set[str]:
     if not (REPO_ROOT / ".git").exists() or shutil.which("git") is None:
-        pytest.skip("not a git checkout: cannot tell tracked files")
+        pytest.fail("not a git checkout with git on PATH: cannot tell the tracked files")
     out = subprocess.run(
         ["git", "ls-files", "--cached"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     )

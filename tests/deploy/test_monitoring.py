@@ -54,7 +54,7 @@ from tests.deploy.prometheus_run import (
 )
 from tests.server.test_faults import wait_for
 from tritonrepo.ctr import spec as ctr_spec
-from tritonrepo.server.launcher import TritonServer, free_port
+from tritonrepo.server.launcher import TritonServer
 from tritonrepo.text import spec
 from tritonrepo_client import RepositoryClient, SessionClient, TritonConnection
 
@@ -208,7 +208,7 @@ def server() -> Iterator[TritonServer]:
         models=(spec.ENSEMBLE, ctr_spec.CORE_MODEL, "ctr_session"),
         heal_interval_s=1.0,
         heal_backoff_s=2.0,
-        heal_metrics_port=free_port(),
+        heal_metrics=True,
         stop_timeout_s=10.0,
     )
     with TritonServer(options) as server:

@@ -2,11 +2,13 @@
 HTTP guard, under load from client threads that count every failed request:
 
 * a good version (text_embedding_encoder version 2, bf16 weights: cosine 0.99997 to version 1)
-  takes 10 % then 50 % of the live requests, agrees with version 1 on the shadow copies, and is
+  takes 10 % then 50 % of the live requests (measured from Triton's request counters and the
+  guard's count of shadow copies), agrees with version 1 on the shadow copies, and is
   promoted: the encoder serves version 2 alone, the canary ensemble and the route are gone;
 * a broken version (version 9, made here from version 1: its embeddings pushed off by a constant
   vector, and four 512 x 512 matrix products added to every run) is rolled back by itself on
-  the shadow comparison's agreement, and the encoder serves version 1 alone again;
+  the shadow comparison's agreement (or its latency), ``tritonrepo-client canary`` exits 3, and
+  the encoder serves version 1 alone again;
 * a shadow window alone (the command line's ``--steps ''``) reports the comparison and changes
   nothing;
 * a canary stopped by SIGTERM in its first step is rolled back before the command exits; one
@@ -20,7 +22,9 @@ Every wait has a deadline.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import tritonclient.http as httpclient
 from onnx import helper, numpy_helper
 
 from tests.conftest import require_artifacts, server_options
@@ -48,6 +53,11 @@ from tritonrepo_client.control.canary import (
     CanaryPolicy,
     canary_rollout,
     step_of,
+)
+from tritonrepo_client.control.canary_policy import (
+    GROSS_P99_REQUESTS,
+    P99_REQUESTS,
+    supported_quantile,
 )
 from tritonrepo_client.control.guard_routes import GuardRoutes, Route
 
@@ -165,6 +175,87 @@ class Load:
             thread.join(60.0)
 
 
+class LiveShares:
+    """The canary's share of the live requests in each step's window, measured from outside the
+    canary's code: Triton's request counters of the pipeline and of ``<pipeline>__canary``
+    (inference statistics) and the guard's count of shadow copies (each copy is one more
+    request to both ensembles, not a live one), read when the canary says a step began (``step
+    at W %``: the route has its weight) and when its window ended (``window at W %``). Used as
+    the canary's ``say``; the lines are kept."""
+
+    def __init__(self, server: TritonServer, routes: GuardRoutes) -> None:
+        self.stats = httpclient.InferenceServerClient(server.triton_http_url)
+        self.routes = routes
+        self.lines: list[str] = []
+        self.began: tuple[float, dict[str, float]] | None = None
+        self.shares: dict[float, tuple[float, float]] = {}  # weight: (live share, live requests)
+
+    def counts(self) -> dict[str, float]:
+        """Requests each ensemble has answered or failed (Triton's inference statistics)."""
+        found = {}
+        for model in (spec.ENSEMBLE, spec.ENSEMBLE + CANARY_SUFFIX):
+            stats = self.stats.get_inference_statistics(model)["model_stats"]
+            found[model] = sum(int(s["inference_stats"][k]["count"])
+                               for s in stats for k in ("success", "fail"))  # fmt: skip
+        return found
+
+    def __call__(self, line: str) -> None:
+        self.lines.append(line)
+        step = re.search(r"step at ([\d.]+) %", line)
+        window = re.search(r"window at ([\d.]+) %", line)
+        if step:
+            self.began = (time.time(), self.counts())
+        elif window and float(window.group(1)) > 0 and self.began is not None:
+            since, before = self.began
+            copies = self.routes.shadow(spec.ENSEMBLE, since)["compared"]
+            after = self.counts()
+            grew = {m: after.get(m, 0.0) - before.get(m, 0.0) for m in after}
+            canary = grew.get(spec.ENSEMBLE + CANARY_SUFFIX, 0.0) - copies
+            live = canary + grew.get(spec.ENSEMBLE, 0.0) - copies
+            self.shares[float(window.group(1))] = (canary / live if live else 0.0, live)
+            self.began = None
+
+
+def assert_share_near(weight: float, share: float, live: float) -> None:
+    """``share`` of ``live`` requests is a draw of ``weight`` percent: within 4 standard
+    deviations of a binomial draw, plus 6 requests either way (those in flight when a count
+    was read). The bound must be narrower than the distance from ``weight`` to no live request
+    at all and to the policy's other steps (else the window had too few requests to tell them
+    apart): ~300 live requests at 10 %; a window on two quiet cores has ~1,000."""
+    p = weight / 100
+    bound = 4 * math.sqrt(p * (1 - p) / live) + 6 / live
+    nearest = min(abs(p - other / 100) for other in (0.0, *POLICY.steps) if other != weight)
+    assert bound < nearest, f"{live:.0f} live requests at {weight:g} %: too few to tell a share"
+    assert abs(share - p) <= bound, (
+        f"the canary had {share:.1%} of {live:.0f} live requests at the {weight:g} % step "
+        f"(allowed {p:.0%} ± {bound:.1%})"
+    )
+
+
+LATENCY_REASON = re.compile(
+    r"the canary's (p50|p90|p95|p99) is [\d.]+ ms over (\d+) (shadow copies|requests), over "
+)
+
+
+def assert_rollback_reason(reason: str) -> None:
+    """The broken version is rolled back for its answers (a measure of EMBEDDING) or its
+    latency; a latency reason names the quantile the rule uses for its count: over shadow
+    copies the highest they support (``supported_quantile``), over the canary's own requests
+    the p99 from ``P99_REQUESTS`` on and the p50 below; a gross p99 may roll back at any count
+    from ``GROSS_P99_REQUESTS`` on."""
+    if reason.startswith("the canary's answers differ: EMBEDDING "):
+        return
+    latency = LATENCY_REASON.match(reason)
+    assert latency, f"not a rollback for the answers or the latency: {reason}"
+    quantile, count, basis = latency.group(1), int(latency.group(2)), latency.group(3)
+    if quantile == "p99" and count >= GROSS_P99_REQUESTS:
+        return
+    if basis == "shadow copies":
+        assert quantile == supported_quantile(count), reason
+    else:
+        assert quantile == ("p99" if count >= P99_REQUESTS else "p50"), reason
+
+
 def ready_models(repo: RepositoryClient) -> set[str]:
     """The READY models of the repository index, and the canary ensemble when it is ready (a
     model loaded through the load API with no folder of its own is not in the index)."""
@@ -175,19 +266,21 @@ def ready_models(repo: RepositoryClient) -> set[str]:
 
 def run_canary(server: TritonServer, version: int):
     o = server.options
-    lines: list[str] = []
     with (
         RepositoryClient(o.http_url, "http", key=o.repository_key) as repo,
         Load(o.http_url) as load,
     ):
         routes = GuardRoutes(o.http_url, repo.headers)
+        shares = LiveShares(server, routes)
         report = canary_rollout(repo, routes, f"127.0.0.1:{o.metrics_port}", spec.ENSEMBLE,
-                                spec.ENCODER_MODEL, version, POLICY, lines.append)  # fmt: skip
+                                spec.ENCODER_MODEL, version, POLICY, shares)  # fmt: skip
         serving = repo.versions(spec.ENCODER_MODEL)
         loaded = ready_models(repo)
         left = routes.routes()
-    print("\n" + "\n".join(lines), f"\nload: {dict(load.counts)}")
-    return report, serving, loaded, left, load.counts
+    shares.stats.close()
+    print("\n" + "\n".join(shares.lines), f"\nlive shares: {shares.shares}",
+          f"\nload: {dict(load.counts)}")  # fmt: skip
+    return report, serving, loaded, left, load.counts, shares.shares
 
 
 def guard_metrics(server: TritonServer) -> str:
@@ -198,8 +291,13 @@ def guard_metrics(server: TritonServer) -> str:
 
 
 def test_a_good_version_is_promoted_under_load(server):
-    report, serving, loaded, left, counts = run_canary(server, 2)
+    """Version 2 takes 10 % then 50 % of the live requests (measured from Triton's counters and
+    the guard's shadow copies, not from the canary's own figures), and is promoted."""
+    report, serving, loaded, left, counts, shares = run_canary(server, 2)
     assert report.decision == "promote", report
+    assert set(shares) == set(POLICY.steps), shares
+    for weight, (share, live) in shares.items():
+        assert_share_near(weight, share, live)
     assert set(counts) == {"ok"} and counts["ok"] > 100, counts
     assert serving == [2]
     assert spec.ENSEMBLE + CANARY_SUFFIX not in loaded and left == {}
@@ -209,14 +307,40 @@ def test_a_good_version_is_promoted_under_load(server):
     assert f"tritonrepo_canary_decisions_total{{{labels}}} 1" in text
 
 
-def test_a_broken_version_is_rolled_back_by_itself_under_load(server):
-    report, serving, loaded, left, counts = run_canary(server, BROKEN)
-    assert report.decision == "rollback", report
-    # Its embeddings are shifted (cosine 0.33 at the 5th percentile row) and it runs slower:
-    # either rolls it back, whichever a window sees first.
-    assert "EMBEDDING cosine" in report.reason or " is " in report.reason, report.reason
-    assert report.compared == ["TOKENS:exact", "EMBEDDING:cosine"], report.compared
-    assert set(counts) == {"ok"} and counts["ok"] > 50, counts
+def test_a_broken_version_is_rolled_back_by_itself_under_load(server, tmp_path, capsys):
+    """``tritonrepo-client canary`` of version 9: rolled back by itself, for its answers or its
+    latency, with exit status 3 and one line saying so; version 1 serves alone again."""
+    o = server.options
+    key_file = tmp_path / "repository.key"
+    key_file.write_text(o.repository_key or "")
+    argv = [
+        "--url", o.http_url, "--repository-key-file", str(key_file),
+        "canary", spec.ENSEMBLE, "--model", spec.ENCODER_MODEL, "--version", str(BROKEN),
+        "--steps", ",".join(f"{s:g}" for s in POLICY.steps), "--shadow", f"{POLICY.shadow:g}",
+        "--window", str(POLICY.window_s), "--min-requests", str(POLICY.min_requests),
+        "--max-p99-ratio", str(POLICY.max_p99_ratio),
+        "--metrics-url", f"127.0.0.1:{o.metrics_port}",
+    ]  # fmt: skip
+    with (
+        RepositoryClient(o.http_url, "http", key=o.repository_key) as repo,
+        Load(o.http_url) as load,
+    ):
+        code = cli(argv)
+        serving = repo.versions(spec.ENCODER_MODEL)
+        loaded = ready_models(repo)
+        routes = GuardRoutes(o.http_url, repo.headers)
+        decisions = routes.decisions(spec.ENSEMBLE)
+        left = routes.routes()
+    out = capsys.readouterr().out
+    print(out, f"load: {dict(load.counts)}")
+    assert code == 3, out
+    assert decisions[-1]["decision"] == "rollback", decisions
+    reason = decisions[-1]["reason"]
+    assert_rollback_reason(reason)
+    assert out.splitlines()[-1].startswith(
+        f"{spec.ENSEMBLE}: rollback of {spec.ENCODER_MODEL} version {BROKEN} (was 1) in "
+    ) and out.splitlines()[-1].endswith(f": {reason}"), out
+    assert set(load.counts) == {"ok"} and load.counts["ok"] > 50, load.counts
     assert serving == [1]
     assert spec.ENSEMBLE + CANARY_SUFFIX not in loaded and left == {}
     text = guard_metrics(server)

@@ -50,6 +50,7 @@ MODELS = (
     "ctr_session",
 )
 SERVED = ("text_embedding", "ctr_ranking", "ctr_session")
+CONTROL_SERVER_MODELS = SERVED  # what the switch covers (not the image models)
 HISTORY, CANDIDATES = [12, 7, 981, 4000, 5], [5, 66, 981, 4000, 17, 250, 3, 9000]
 
 

@@ -21,6 +21,7 @@ from tritonrepo_client import ClientError, RankingClient, SessionClient
 
 PROTOCOLS = ["http", "grpc"]
 TOLERANCE = 1e-5  # served CTR vs PyTorch
+CONTROL_SERVER_MODELS = ("ctr_session",)  # the idle-session test (it calls ctr_model)
 
 
 def reference_rows(history: list[int], candidates: list[int]) -> np.ndarray:

@@ -21,6 +21,7 @@ from tritonrepo.text.tokenization import TextTokenizer
 from tritonrepo_client import EmbeddingClient, RepositoryClient, rollback
 from tritonrepo_client.control.rollout import rollout
 
+CONTROL_SERVER_MODELS = (spec.ENSEMBLE,)
 ENCODER_DIR = MODEL_REPOSITORY / spec.ENCODER_MODEL
 FUSED, INT8 = 3, 4
 MIN_COSINE = {FUSED: 0.9999, INT8: 0.99}  # INT8: min cosine ≥ 0.99 on real text

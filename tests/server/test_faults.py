@@ -24,6 +24,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from benchmarks.serving.priority import priority_levels
 from tests.conftest import wait_for
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.paths import MODEL_REPOSITORY
@@ -42,6 +43,7 @@ from tritonrepo_client import (
 from tritonrepo_client.control.rollout import rollout
 
 pytestmark = pytest.mark.server
+CONTROL_SERVER_MODELS = (spec.ENSEMBLE, ctr_spec.RANKING_ENSEMBLE, ctr_spec.SESSION_MODEL)
 
 TEXTS = [
     "A man is eating food.",
@@ -314,17 +316,25 @@ REJECTIONS_WANTED = 6  # rejections that show the override reaches every step's 
 
 def test_short_client_timeouts_are_rejected_from_the_queue_and_it_drains(control_server, reference):
     """A queue built by 8 clients sending batches without a timeout; requests with a 1 ms queue
-    timeout are rejected by Triton (the ensemble passes the timeout to its steps, whose
-    default_queue_policy allows the override) while the others are all served."""
-    for model in (
-        spec.TOKENIZE_MODEL,
-        spec.ENCODER_MODEL,
-        spec.NORMALIZE_MODEL,
-        ctr_spec.CORE_MODEL,
-    ):
-        with repo_for(control_server) as repo:
-            policy = repo.config(model)["dynamic_batching"]["default_queue_policy"]
-        assert policy["allow_timeout_override"] and int(policy["default_timeout_microseconds"]) > 0
+    timeout are rejected by Triton while the others are all served. Only a model with priority
+    levels applies a request's timeout (tritonrepo/server/queue_policy.py): the steps keep
+    Triton's plain queue, and the encoder is reloaded with the levels that
+    ``priority_levels = 2`` writes, whose queue policy allows the override; the ensemble passes
+    the timeout to every step."""
+    with repo_for(control_server) as repo:
+        for model in (spec.TOKENIZE_MODEL, spec.NORMALIZE_MODEL, ctr_spec.CORE_MODEL):
+            batching = repo.config(model)["dynamic_batching"]
+            assert not batching.get("priority_levels") and "default_queue_policy" not in batching
+        with priority_levels(repo, spec.ENCODER_MODEL) as config:
+            policy = config["dynamic_batching"]["default_queue_policy"]
+            assert policy["allow_timeout_override"]
+            assert int(policy["default_timeout_microseconds"]) > 0
+            rejected_short_timeouts(control_server, reference)
+
+
+def rejected_short_timeouts(control_server: TritonServer, reference) -> None:
+    """Requests with a 1 ms timeout sent behind a queue: at least ``REJECTIONS_WANTED`` refused
+    with Triton's timeout error, nothing else failed, and the queues drain to right answers."""
     batch = big_batch()[:8]
 
     def flood(protocol: str) -> None:

@@ -68,7 +68,7 @@ def guarded_server() -> Iterator[TritonServer]:
     """A throwaway ``image_classification`` server with gRPC behind the gRPC guard."""
     require_artifacts()
     if nginx_binary() is None:
-        pytest.skip("nginx is not installed (make guard-deps installs it)")
+        pytest.fail("nginx is not installed (make test installs it: make guard-deps)")
     options = server_options("grpc_guard", models=(MODEL,), grpc_guard=True)
     with TritonServer(options) as server:
         yield server
@@ -157,7 +157,7 @@ def test_grpc_is_exposed_only_when_asked_for_by_name(tmp_path, by_name):
     naming the crash and the release that fixes it."""
     require_artifacts()
     if nginx_binary() is None:
-        pytest.skip("nginx is not installed (make guard-deps installs it)")
+        pytest.fail("nginx is not installed (make test installs it: make guard-deps)")
     serve, ports = serve_exposed(tmp_path, *(["--expose-grpc"] if by_name else []))
     try:
         assert listening_addresses(ports["http"]) == {"0.0.0.0"}

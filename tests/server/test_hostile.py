@@ -269,7 +269,7 @@ def test_behind_the_guard(results, case: Case) -> None:
     the process."""
     reason = guard_missing()
     if reason:
-        pytest.skip(reason)
+        pytest.fail(f"{reason} (make test installs the guard: make guard-deps)")
     obs = _guarded(results)[case.name]
     problems = judge(case.guarded, obs)
     assert not obs.signal, f"{case.name} ended the server behind the guard ({obs.signal})"

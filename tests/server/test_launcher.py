@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_artifacts, server_options
+from tests.conftest import free_ports, require_artifacts, server_options
 from tritonrepo.paths import MODEL_REPOSITORY
-from tritonrepo.server.launcher import LaunchError, TritonServer, free_port
+from tritonrepo.server.launcher import LaunchError, TritonServer
 from tritonrepo.text import spec
 
 pytestmark = pytest.mark.server
@@ -46,6 +46,7 @@ def test_port_in_use_from_command_line_is_one_line():
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
+        grpc_port, metrics_port = free_ports(2, avoid=[port])
         out = subprocess.run(
             [
                 sys.executable,
@@ -54,9 +55,9 @@ def test_port_in_use_from_command_line_is_one_line():
                 "--http-port",
                 str(port),
                 "--grpc-port",
-                str(free_port()),
+                str(grpc_port),
                 "--metrics-port",
-                str(free_port()),
+                str(metrics_port),
             ],
             capture_output=True,
             text=True,

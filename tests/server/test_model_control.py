@@ -24,6 +24,7 @@ from tritonrepo_client import (
 )
 
 pytestmark = pytest.mark.server
+CONTROL_SERVER_MODELS = (spec.ENSEMBLE, ctr_spec.RANKING_ENSEMBLE, ctr_spec.SESSION_MODEL)
 STEPS = (spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.NORMALIZE_MODEL)
 
 

@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from builders.pipeline import build, generate
-from tests.conftest import server_options
+from tests.conftest import free_ports, server_options
 from tritonrepo.paths import BUILD_DIR, REPO_ROOT
 from tritonrepo.server import preflight
 from tritonrepo.server.embedded_server import STUB_PYTHON_ENV
-from tritonrepo.server.launcher import LaunchError, TritonServer, free_port
+from tritonrepo.server.launcher import LaunchError, TritonServer
 
 NUMPY_2 = "2.2.6"  # wheels for CPython 3.10 to 3.13
 PINNED = next(  # read from the file, not from the code under test
@@ -50,7 +50,7 @@ def numpy_2() -> Path:
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         if out.returncode != 0:
-            pytest.skip(f"pip could not install numpy {NUMPY_2}: {out.stderr.strip()[-300:]}")
+            pytest.fail(f"pip could not install numpy {NUMPY_2}: {out.stderr.strip()[-300:]}")
         staging.replace(folder)
     return folder
 
@@ -87,7 +87,7 @@ def expected_fix(python: Path) -> str:
 
 def test_serve_refuses_numpy_2_and_names_the_fix(stubs_env: Path):
     env = {**os.environ, STUB_PYTHON_ENV: str(stubs_env.parent / "python")}
-    ports = [str(free_port()) for _ in range(3)]
+    ports = [str(p) for p in free_ports(3)]
     out = subprocess.run(
         [sys.executable, "-m", "tritonrepo.server.serve", "--no-repository-key",
          "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2]],

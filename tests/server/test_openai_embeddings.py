@@ -16,11 +16,11 @@ import urllib.request
 import numpy as np
 import openai
 import pytest
-import tritonclient.http as httpclient
 
 from reference_data.text_corpus import real_texts
 from tests.conftest import require_artifacts, server_options
 from tests.sentences import LONG_PARAGRAPH, SENTENCES
+from tests.server.test_pipeline_client import requests_served
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo.text import spec
 from tritonrepo_client import PipelineClient
@@ -62,15 +62,6 @@ def reference_tokens(reference_model, texts: list[str]) -> int:
     return sum(len(ids) for ids in encoded["input_ids"])
 
 
-def ensemble_requests(server) -> int:
-    client = httpclient.InferenceServerClient(server.triton_http_url)
-    try:
-        stats = client.get_inference_statistics(MODEL)["model_stats"]
-    finally:
-        client.close()
-    return sum(int(s["inference_stats"]["success"]["count"]) for s in stats)
-
-
 @pytest.mark.parametrize("encoding_format", [None, "float"], ids=["client-default", "float"])
 def test_the_openai_client_gets_the_kserve_embeddings(
     server, client, reference_model, encoding_format
@@ -79,9 +70,9 @@ def test_the_openai_client_gets_the_kserve_embeddings(
     values as KServe's, in order, with the usage counted as the model's tokenizer counts."""
     texts = [t for t in (LONG_PARAGRAPH, *SENTENCES, *real_texts(20)) if t][:48]  # OpenAI: no ""
     chosen = {} if encoding_format is None else {"encoding_format": encoding_format}
-    before = ensemble_requests(server)
+    before = requests_served(server)
     answer = client.embeddings.create(model=MODEL, input=texts, **chosen)
-    assert ensemble_requests(server) - before == 1  # one request of many texts = one batch
+    assert requests_served(server) - before == 1  # one request of many texts = one batch
     got = np.array([d.embedding for d in answer.data], dtype=np.float32)
     want = kserve(server, texts)
     np.testing.assert_array_equal(got, want["EMBEDDING"])
@@ -105,9 +96,9 @@ def test_more_texts_than_a_batch_are_split_into_batches_in_order(server, client)
     """150 texts (over the ensemble's max_batch_size of 64) become 3 KServe requests; the answer
     keeps the order."""
     texts = real_texts(150, seed=3)
-    before = ensemble_requests(server)
+    before = requests_served(server)
     answer = client.embeddings.create(model=MODEL, input=texts)
-    assert ensemble_requests(server) - before == 3
+    assert requests_served(server) - before == 3
     got = np.array([d.embedding for d in answer.data], dtype=np.float32)
     np.testing.assert_array_equal(got, kserve(server, texts)["EMBEDDING"])
 

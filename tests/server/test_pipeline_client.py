@@ -43,7 +43,7 @@ TEXTS = list(SENTENCES[:6])
 
 
 def _count(server, model: str) -> int:
-    client = httpclient.InferenceServerClient(server.options.http_url)
+    client = httpclient.InferenceServerClient(server.triton_http_url)  # Triton's own port
     try:
         stats = client.get_inference_statistics(model)["model_stats"]
     finally:

@@ -33,6 +33,7 @@ from tritonrepo_client import ClientError, EmbeddingClient, RepositoryClient
 from tritonrepo_client.retry import NO_RETRY
 from tritonrepo_client.scheduling import BULK, REALTIME
 
+CONTROL_SERVER_MODELS = (spec.ENSEMBLE,)
 QUEUE_FULL = "Exceeds maximum queue size"
 SAME = 0.999  # min cosine to sentence-transformers (the CPU FP32 encoder reaches ~1 - 1e-6)
 DEADLINE_S = 120.0

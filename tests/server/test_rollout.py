@@ -37,6 +37,7 @@ from tritonrepo_client import (
 from tritonrepo_client.control.rollout import rollout
 
 pytestmark = pytest.mark.server
+CONTROL_SERVER_MODELS = (spec.ENSEMBLE,)
 PROBES = [
     "A man is eating food.",
     "Rollouts must not drop a single request.",
@@ -309,12 +310,16 @@ def test_version_missing_from_the_repository_is_refused(control_server):
 
 @pytest.fixture(scope="module")
 def server_without_v2(tmp_path_factory):
-    """A server whose repository holds only encoder version 1 (as on a remote host)."""
+    """A server of text_embedding whose repository holds only encoder version 1 (as on a
+    remote host): a copy of text_embedding's model folders, without the others."""
     require_artifacts()
     repo = Path(tmp_path_factory.mktemp("remote")) / "model_repository"
-    shutil.copytree(MODEL_REPOSITORY, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    for model in (spec.ENSEMBLE, spec.TOKENIZE_MODEL, spec.ENCODER_MODEL, spec.NORMALIZE_MODEL):
+        shutil.copytree(MODEL_REPOSITORY / model, repo / model,
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     shutil.rmtree(repo / spec.ENCODER_MODEL / "2")
-    with TritonServer(server_options("rollout-upload", model_repository=repo)) as server:
+    options = server_options("rollout-upload", model_repository=repo, models=(spec.ENSEMBLE,))
+    with TritonServer(options) as server:
         yield server
 
 

@@ -23,9 +23,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import require_artifacts, server_options, wait_for
+from tests.conftest import (
+    TEST_EXIT_TIMEOUT_S,
+    free_ports,
+    require_artifacts,
+    require_guard,
+    server_options,
+    wait_for,
+)
 from tritonrepo.image import spec as image_spec
-from tritonrepo.server.launcher import TritonServer, free_port
+from tritonrepo.server.launcher import TritonServer
 from tritonrepo.server.processes import metric_values
 from tritonrepo.text import spec
 from tritonrepo_client import EmbeddingClient, RepositoryClient, RetryPolicy
@@ -46,14 +53,9 @@ RIDE_OUT = RetryPolicy(attempts=60, initial_backoff_s=0.1, max_backoff_s=1.0)
 def restart_options(name: str, **overrides):
     """A throwaway text_embedding server that restarts when it dies, supervised (a pass every
     second) with its metrics on a free port."""
-    values = {
-        "models": (spec.ENSEMBLE,),
-        "restart_on_crash": True,
-        "heal_interval_s": 1.0,
-        "heal_metrics_port": free_port(),
-    }
+    values = {"models": (spec.ENSEMBLE,), "restart_on_crash": True, "heal_interval_s": 1.0}
     values.update(overrides)
-    return server_options(name, **values)
+    return server_options(name, heal_metrics=True, **values)
 
 
 def embed_reference(url: str) -> dict[str, np.ndarray]:
@@ -127,7 +129,7 @@ def test_a_killed_server_is_restarted_and_retrying_clients_lose_nothing(guarded)
     restart; the supervisor still heals afterwards (a stub killed after it is restored)."""
     require_artifacts()
     if guarded:
-        guard_or_skip()
+        require_guard()
     name = f"test_server_restart_kill{'_guarded' if guarded else ''}"
     with TritonServer(restart_options(name, http_guard=guarded)) as server:
         o = server.options
@@ -266,8 +268,13 @@ def test_a_crash_loop_is_given_up_after_the_restart_limit(capsys):
 
 
 # --- tritonrepo-serve ---------------------------------------------------------------------------
-def serve_command(tmp_path: Path, *extra: str) -> tuple[list[str], dict[str, int]]:
-    ports = {name: free_port() for name in ("http", "grpc", "metrics", "heal")}
+def serve_command(
+    tmp_path: Path, *extra: str, exit_timeout_s: int = TEST_EXIT_TIMEOUT_S
+) -> tuple[list[str], dict[str, int]]:
+    """``tritonrepo-serve`` of text_embedding on free ports, supervised every second, with
+    ``extra`` and Triton's exit timeout at ``exit_timeout_s`` (the test servers' 5 s, not its
+    30 s default, unless a test checks the stop itself); and its ports."""
+    ports = dict(zip(("http", "grpc", "metrics", "heal"), free_ports(4), strict=True))
     command = [
         sys.executable,
         "-m",
@@ -286,6 +293,8 @@ def serve_command(tmp_path: Path, *extra: str) -> tuple[list[str], dict[str, int
         "1",
         "--log-file",
         str(tmp_path / "serve.log"),
+        "--exit-timeout",
+        str(exit_timeout_s),
         *extra,
     ]
     return command, ports
@@ -334,21 +343,14 @@ class Serve:
             self.process.wait(60)
 
 
-def guard_or_skip() -> None:
-    from tritonrepo.server.http_guard import guard_available
-
-    missing = guard_available()
-    if missing:
-        pytest.skip(f"the HTTP guard cannot run here: {missing} (make guard-deps installs it)")
-
-
 def test_serve_runs_the_guard_and_restarts_a_killed_server(tmp_path):
     """`tritonrepo-serve` by default: HTTP behind the guard, restart on crash; after a SIGKILL
     the guard (same port) answers again, the restart counter says SIGKILL; Ctrl-C stops it
-    within the bound it states, exit 0."""
+    within the bound it states, exit 0, and tritonserver exits 0 too: on Triton's 30 s exit
+    timeout (a clean stop takes ~4 s here), which a stop that waited it out would not."""
     require_artifacts()
-    guard_or_skip()
-    command, ports = serve_command(tmp_path)
+    require_guard()
+    command, ports = serve_command(tmp_path, exit_timeout_s=30)
     serve = Serve.start(command, "test-server-restart-key")
     try:
         serve.wait_line(serve.out, r"^ready: ", RESTART_DEADLINE_S)
@@ -375,8 +377,10 @@ def test_serve_runs_the_guard_and_restarts_a_killed_server(tmp_path):
         code = serve.process.wait(120)
         stopping = serve.wait_line(serve.out, r"^stopping tritonserver", 1)
         bound = float(re.search(r"killed after (\d+) s", stopping).group(1))
-        took = float(re.search(r"stopped in ([\d.]+) s", serve.out[-1]).group(1))
+        stopped = serve.wait_line(serve.out, r"^tritonserver stopped in", 5)
+        took = float(re.search(r"stopped in ([\d.]+) s", stopped).group(1))
         assert code == 0 and took <= bound, (code, serve.out, serve.err)
+        assert stopped.rstrip().endswith("(exit code 0)"), serve.out
     finally:
         serve.kill()
     print(f"\nserve: restart through the guard, then stopped in {took:.1f} s (bound {bound:g} s)")

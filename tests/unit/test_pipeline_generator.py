@@ -116,8 +116,8 @@ def test_first_run_reports_every_file_created(ws: Workspace):
         "next: make serve MODELS=toy   (builds its model and what it calls, then serves it)"
     )
     dry_run = subprocess.run(
-        ["make", "-n", "serve", "MODELS=toy"], cwd=REPO_ROOT, capture_output=True, text=True,
-        check=True,
+        ["make", "--no-print-directory", "-n", "serve", "MODELS=toy"],
+        cwd=REPO_ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip
     commands = dry_run.stdout.splitlines()[-2:]
     assert commands[0].endswith("-m builders.pipeline.build --with-calls toy"), dry_run.stdout

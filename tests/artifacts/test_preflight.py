@@ -20,6 +20,7 @@ from tests.conftest import require_artifacts, server_options
 from tritonrepo.paths import MODEL_REPOSITORY
 from tritonrepo.server import artifact_checks, preflight
 from tritonrepo.server.launcher import LaunchError, TritonServer
+from tritonrepo.server.options import default_models
 from tritonrepo.text import spec
 
 
@@ -69,12 +70,16 @@ def test_cli_reports_missing_plans_for_the_gpu_set_and_exits_1(repo):
         f"error   {spec.ENCODER_MODEL}: 1/model.plan is missing; build it with `make build-plans`"
         in out.stdout
     )
-    # the default models' plans: encoder, ctr_model, ctr_session, image_classifier and the
-    # generated nudenet_detector's and digit_scans' cores (breast_cancer's and digit_stream's
-    # run ONNX Runtime)
-    assert "error   nudenet_detector_model: 1/model.plan is missing" in out.stdout
-    assert "error   digit_scans_model: 1/model.plan is missing" in out.stdout
-    assert "preflight: 6 errors" in out.stdout
+    # Every TensorRT core the default models call is named, and only those: the plans are
+    # derived here from the copied configs (the ONNX Runtime cores have none).
+    served = preflight.dependencies(repo, default_models(repo), "")
+    plans = sorted(
+        m for m in served if 'platform: "tensorrt_plan"' in (repo / m / "config.pbtxt").read_text()
+    )
+    assert {"nudenet_detector_model", "digit_scans_model"} <= set(plans), plans
+    missing = re.findall(r"^error   (\S+): 1/model\.plan is missing", out.stdout, re.M)
+    assert sorted(missing) == plans, out.stdout
+    assert f"preflight: {len(plans)} errors" in out.stdout
 
 
 def test_plan_for_another_gpu_or_too_small_a_profile_is_refused(repo, monkeypatch):

@@ -266,12 +266,8 @@ function jsonAnswers(parent) {
     const header = JSON.parse(body.slice(0, headerBytes).toString());
     header.parameters = header.parameters || {};
     header.parameters.binary_data_output = false;
-    const outputs = Array.isArray(header.outputs) ? header.outputs : [];
-    for (let i = 0; i < outputs.length; i++) {
-        if (outputs[i].parameters) {
-            outputs[i].parameters.binary_data = false;
-        }
-    }
+    // Every output of the pipeline, whichever the caller asked for: each is compared.
+    delete header.outputs;
     const text = JSON.stringify(header);
     if (given === undefined) {
         return { body: text, headerLength: '' };

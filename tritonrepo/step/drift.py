@@ -208,8 +208,7 @@ class FeatureMonitor:
         """
         start = time.perf_counter()
         values: dict[str, list[np.ndarray]] = {}
-        for inputs in requests:
-            host = {name: host_array(value) for name, value in inputs.items()}
+        for host in self.batches(requests):
             for name, value in self.features(host, self.context).items():
                 values.setdefault(name, []).append(np.asarray(value, dtype=np.float64).ravel())
         counted = {}
@@ -225,6 +224,25 @@ class FeatureMonitor:
             due = time.monotonic() - self._sent_at >= FLUSH_INTERVAL_S
         if due:
             self.flush()
+
+    def batches(self, requests: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """The requests' inputs on the host, joined along the batch dim into one set when the
+        model batches and every request has the same inputs of the same item shape (one call
+        of the features function per execute: a batch of 10 rows of 30 columns was counted in
+        59 µs a row one request at a time); else one set per request."""
+        hosts = [{name: host_array(value) for name, value in r.items()} for r in requests]
+        if not self.context.batched or len(hosts) < 2:
+            return hosts
+        first = hosts[0]
+        same = all(
+            h.keys() == first.keys()
+            and all(h[n].shape[1:] == first[n].shape[1:] and h[n].dtype == first[n].dtype
+                    for n in first)
+            for h in hosts[1:]
+        )  # fmt: skip
+        if not same:
+            return hosts
+        return [{name: np.concatenate([h[name] for h in hosts]) for name in first}]
 
     def flush(self) -> None:
         """Send the counts and seconds held since the last flush to Triton's metrics."""

@@ -28,6 +28,7 @@ one (:data:`PSI_ALERT`).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -70,9 +71,14 @@ class FeatureProfile:
         """The bin of each value (INT64, same length as ``values``); NaN falls in the last
         bin."""
         values = np.asarray(values, dtype=np.float64).reshape(-1)
-        index = np.searchsorted(np.asarray(self.edges), values, side="right")
+        index = np.searchsorted(self.edge_array, values, side="right")
         index[np.isnan(values)] = len(self.edges)
         return index
+
+    @functools.cached_property
+    def edge_array(self) -> np.ndarray:
+        """``edges`` as FP64 ``[len(edges)]``, made once (a request counts with it)."""
+        return np.asarray(self.edges, dtype=np.float64)
 
     def counts(self, values: np.ndarray) -> np.ndarray:
         """Items per bin (INT64 ``[len(edges) + 1]``)."""

@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SOAK_MINUTES ?= 10
 
-.PHONY: help setup artifacts pipeline-artifacts pipeline gpu-pack serve test test-unit bench bench-quick bench-priority bench-pipelines bench-smoke bench-tails fallback-cpu fallback-gpu profile perf-deps int8-study lint clean soak \
+.PHONY: help setup artifacts pipeline-artifacts pipeline version gpu-pack serve test test-unit bench bench-quick bench-priority bench-pipelines bench-smoke bench-tails fallback-cpu fallback-gpu profile perf-deps int8-study lint clean soak \
 	k8s-deps k8s-validate monitoring-deps guard-deps \
 	artifacts-gpu test-gpu bench-gpu build-plans serve-gpu
 
@@ -28,6 +28,7 @@ help:
 	@echo "make setup     create $(VENV) with the versions pinned in requirements.txt"
 	@echo "make artifacts build the model files from the source weights"
 	@echo "make pipeline NAME=x  generate pipeline x from pipelines/x/pipeline.toml (docs/models/add_your_own_model.md)"
+	@echo "make version NAME=x VERSION=2  build version 2 of pipeline x's core from its description, staged for a rollout"
 	@echo "make bench     the ensembles vs in-process and FastAPI baselines (~25 min; build/bench/)"
 	@echo "make bench-quick  the same harness, a few seconds per system (what CI runs)"
 	@echo "make bench-priority  real-time requests under a bulk flood, with and without priority"
@@ -77,6 +78,13 @@ artifacts: pipeline-artifacts $(PLAN_SOURCES)
 # build/pipeline-builds/, builders/pipeline/module_build.py).
 pipeline-artifacts: $(STAMP)
 	$(PY) -m builders.pipeline.build
+
+# A later version of a described pipeline's core, staged for a rollout (not served until one):
+# make version NAME=my_model VERSION=2 [VERSION_ARGS=--force]
+VERSION ?=
+version: $(STAMP)
+	@test -n "$(NAME)" -a -n "$(VERSION)" || { echo "usage: make version NAME=<pipeline> VERSION=<n>"; exit 2; }
+	$(PY) -m builders.pipeline.build $(NAME) --version $(VERSION) $(VERSION_ARGS)
 
 # Generate (or regenerate) a described pipeline's models: make pipeline NAME=my_model [NEW_ARGS=--force]
 NAME ?=

@@ -4,6 +4,7 @@ Usage::
 
     python -m builders.pipeline.build [NAME ...]    # default: every pipelines/*/pipeline.toml
     python -m builders.pipeline.build --with-calls NAME ...   # and the pipelines they call
+    python -m builders.pipeline.build NAME --version 2   # a later version, staged for rollout
 
 Each is built after the pipelines whose models it calls (:mod:`builders.pipeline.build_plan`),
 in two lanes at once (:func:`build_in_two_lanes`): the ``builder`` modules, one after another,
@@ -65,7 +66,7 @@ import numpy as np
 
 from builders.metadata import BUILD_METADATA_FILE, write_metadata
 from builders.onnx_export.quantization import quantize_qdq
-from builders.pipeline import batch_dims, drift_profile, module_build
+from builders.pipeline import batch_dims, build_version, drift_profile, module_build
 from builders.pipeline.build_graph import build_graph
 from builders.pipeline.build_plan import build_order, called_pipelines, not_generated, with_calls
 from builders.pipeline.build_record import (
@@ -76,8 +77,9 @@ from builders.pipeline.build_record import (
     parity,
     source_digest,
 )
+from builders.pipeline.core_feeds import core_feeds, samples_of
 from builders.pipeline.graph import ModelSourceError, obtain_model
-from builders.pipeline.in_process import InProcess, Replay
+from builders.pipeline.in_process import InProcess
 from builders.pipeline.model_configs import INT8_VERSION
 from builders.torch_programs import described_export
 from tritonrepo.description import (
@@ -85,33 +87,10 @@ from tritonrepo.description import (
     GraphPipeline,
     Pipeline,
     discover,
-    import_ref,
     load,
 )
 from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
 from tritonrepo.server import stub_numpy
-
-
-def samples_of(pipeline: Pipeline) -> Any:
-    """The description's sample request tensors (a stateful pipeline: a list of sessions, each
-    ``{input: [events, ...]}``).
-
-    Raises:
-        ModelSourceError: the description has no ``[samples]``.
-    """
-    if not pipeline.samples:
-        raise ModelSourceError("samples: a pipeline with a built core needs [samples]")
-    return import_ref(pipeline.samples)()
-
-
-def core_feeds(pipeline: Pipeline, model: Path | bytes) -> dict[str, np.ndarray]:
-    """The core model's inputs for the samples: ``preprocess(samples())`` restricted to the
-    graph's inputs (a batch-only graph input is flattened to ``[n]``); ``model`` is the
-    ``.onnx`` file or the serialized graph."""
-    if pipeline.stateful:  # every session's events replayed from START, state included
-        return Replay(pipeline, model).core_feeds(samples_of(pipeline))
-    runner = InProcess(pipeline, model)
-    return runner.core_feeds(runner.pre(dict(samples_of(pipeline))))
 
 
 def rows_agreeing(pipeline: Pipeline, fp32: Path, int8: Path) -> str:
@@ -263,7 +242,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="build one pipeline at a time (default: the builder modules beside the others)",
     )
+    parser.add_argument(
+        "--version",
+        type=int,
+        help="build this later version of one pipeline's core, staged for a rollout "
+        "(builders.pipeline.build_version)",
+    )
+    parser.add_argument("--force", action="store_true", help="with --version: rebuild it")
     args = parser.parse_args(argv)
+    if args.version is not None:
+        return build_version.command(args.names, args.version, args.repository, args.force)
     if args.list_built:
         described = [load(path) for path in discover(PIPELINES)]
         for path in module_build.built_files(described, args.repository):

@@ -8,6 +8,7 @@ the built file when it exists).
 
 from __future__ import annotations
 
+import inspect
 import io
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,12 +78,16 @@ def graph_io(model: Any) -> GraphIO:
     return GraphIO(tensors(model.graph.input), tensors(model.graph.output))
 
 
-def obtain_model(pipeline: Pipeline, torch_source: dict[str, Any] | None = None) -> Any:
+def obtain_model(
+    pipeline: Pipeline, torch_source: dict[str, Any] | None = None, version: int | None = None
+) -> Any:
     """The core model as an ``onnx.ModelProto``, from the description's ``onnx`` file or
     ``build`` function (a ``ModelProto``, ONNX bytes, a path, or ``(torch.nn.Module,
     {input: example tensor})`` exported here with a dynamic batch dim, opset
     :data:`EXPORT_OPSET`). When ``build`` returns a torch module and ``torch_source`` is a dict,
-    it receives ``{"module": ..., "examples": ...}``.
+    it receives ``{"module": ..., "examples": ...}``. With ``version`` (a version built after the
+    first: :mod:`builders.pipeline.build_version`), a ``build`` function that has a ``version``
+    parameter is called with it.
 
     The graph is then adapted as the description says (``[model] constants``, the batch dim of
     ``[[sequence.state]]`` first: :func:`builders.pipeline.graph_adapt.adapt_graph`).
@@ -92,7 +97,7 @@ def obtain_model(pipeline: Pipeline, torch_source: dict[str, Any] | None = None)
             also for a ``builder`` core (built by its own module: read the built file instead),
             and for a graph that does not have what the description binds or declares.
     """
-    model = _obtain(pipeline, torch_source)
+    model = _obtain(pipeline, torch_source, version)
     try:
         adapt_graph(model, pipeline)
     except GraphAdaptError as exc:
@@ -100,7 +105,9 @@ def obtain_model(pipeline: Pipeline, torch_source: dict[str, Any] | None = None)
     return model
 
 
-def _obtain(pipeline: Pipeline, torch_source: dict[str, Any] | None) -> Any:
+def _obtain(
+    pipeline: Pipeline, torch_source: dict[str, Any] | None, version: int | None = None
+) -> Any:
     """The model as the description's source gives it (:func:`obtain_model`)."""
     import onnx
 
@@ -115,7 +122,9 @@ def _obtain(pipeline: Pipeline, torch_source: dict[str, Any] | None) -> Any:
     if core.build is None:
         raise ModelSourceError(f"model.builder: {core.builder} builds it; run `make artifacts`")
     try:
-        result = import_ref(core.build)()
+        function = import_ref(core.build)
+        asks = version is not None and takes_version(function)
+        result = function(version=version) if asks else function()
     except Exception as exc:
         raise ModelSourceError(f"model.build: {core.build}() failed: {exc!r}") from exc
     if isinstance(result, onnx.ModelProto):
@@ -132,6 +141,14 @@ def _obtain(pipeline: Pipeline, torch_source: dict[str, Any] | None) -> Any:
         f"model.build: {core.build}() returned {type(result).__name__}; return an "
         "onnx.ModelProto, ONNX bytes, a path, or (torch.nn.Module, {input: example})"
     )
+
+
+def takes_version(function: Any) -> bool:
+    """Whether a ``build`` function has a ``version`` parameter (it builds per version)."""
+    try:
+        return "version" in inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a builtin or a callable without a signature
+        return False
 
 
 def _export_torch(module: Any, examples: dict[str, Any]) -> Any:

@@ -80,11 +80,11 @@ def profile(pipeline: Pipeline, cfg: ModelConfig) -> Profile:
 
 def sample_feeds(pipeline: Pipeline, onnx_path: Path) -> dict[str, np.ndarray]:
     """The inputs of the built graph ``onnx_path`` for the samples
-    (``builders.pipeline.build.core_feeds``): the plan builder reads the model that
+    (``builders.pipeline.core_feeds.core_feeds``): the plan builder reads the model that
     ``make artifacts`` wrote, not its source (which may need packages its image lacks)."""
     # Imported here: the plan builder imports this module for profiles alone, without the
     # build's own imports (the launcher's preflight, the quantizer, the torch exports).
-    from builders.pipeline.build import core_feeds
+    from builders.pipeline.core_feeds import core_feeds
 
     return core_feeds(pipeline, onnx_path)
 

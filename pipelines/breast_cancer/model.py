@@ -28,20 +28,24 @@ def split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 @cache
-def fit() -> Pipeline:
-    """The estimator fitted (deterministically) on ``preprocess`` of the training split."""
+def fit(version: int = 1) -> Pipeline:
+    """The estimator fitted (deterministically) on ``preprocess`` of the training split.
+
+    Version 1 is served; a later version (``make version NAME=breast_cancer VERSION=2``) is
+    refitted with a stronger regularisation, ``C = 1 / version``: a retrained model to roll out.
+    """
     x_train, _, y_train, _ = split()
-    clf = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=5000))
+    clf = make_pipeline(StandardScaler(), LogisticRegression(C=1.0 / version, max_iter=5000))
     return clf.fit(preprocess({"MEASUREMENTS": x_train})["features"], y_train)
 
 
-def build() -> onnx.ModelProto:
-    """The core ONNX graph (opset from skl2onnx), batch dim ``N`` dynamic (unnamed).
+def build(version: int = 1) -> onnx.ModelProto:
+    """The core ONNX graph of ``version`` (opset from skl2onnx), batch dim ``N`` dynamic.
 
     Input ``features`` FP32 ``[N, 33]`` (from ``preprocess``); outputs ``label`` INT64 ``[N]``
     and ``probabilities`` FP32 ``[N, 2]`` (columns: malignant, benign).
     """
-    clf = fit()
+    clf = fit(version)
     n_features = clf[0].n_features_in_
     types = [("features", FloatTensorType([None, n_features]))]
     return to_onnx(clf, initial_types=types, options={LogisticRegression: {"zipmap": False}})

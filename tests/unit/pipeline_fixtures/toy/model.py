@@ -88,3 +88,12 @@ def build_fixed_batch() -> onnx.ModelProto:
 def build_bytes() -> bytes:
     """:func:`build` serialized (a ``build`` may return ONNX bytes)."""
     return build().SerializeToString()
+
+
+def build_versioned(version: int = 1) -> onnx.ModelProto:
+    """As :func:`build`, with the weights scaled by ``version`` (a retrained model stands in:
+    version 2 answers ``features @ (2 W) + b``)."""
+    model = build()
+    weights = next(t for t in model.graph.initializer if t.name == "W")
+    weights.CopyFrom(numpy_helper.from_array(WEIGHTS * version, "W"))
+    return model

@@ -198,7 +198,7 @@ class Supervisor:
                 while not self._stop.is_set():
                     if self._fresh_watch.is_set():
                         self._fresh_watch.clear()
-                        healer.dead_instances = StubWatch(self._list_stubs)
+                        healer.watch_anew(StubWatch(self._list_stubs))
                         metrics.track_loaded(healer)
                     if not self._paused.is_set():
                         try:

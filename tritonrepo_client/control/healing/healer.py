@@ -240,6 +240,14 @@ class Healer:
         self._counted_loaded = self._loaded() if self._counts else set()
         return report
 
+    def watch_anew(self, dead_instances: Callable[[], Iterable[str]]) -> None:
+        """Watch the stubs with ``dead_instances`` from now on (a restarted server's), and probe
+        every model on the next pass: a stub killed before the new watch's first look is one
+        the watch never saw, so no model may count as idle-but-healthy until probed again."""
+        self.dead_instances = dead_instances
+        self._counts = {}
+        self._passed_at.clear()
+
     def _read_counts(self) -> dict[str, Counts]:
         """Triton's request counts per model, or {} when they cannot be read (every model is
         then probed)."""

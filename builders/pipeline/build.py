@@ -74,8 +74,8 @@ from builders.pipeline.build_record import (
     LIBRARIES,
     ParityError,
     description_path,
-    parity,
     source_digest,
+    write_checked,
 )
 from builders.pipeline.core_feeds import core_feeds, samples_of
 from builders.pipeline.graph import ModelSourceError, obtain_model
@@ -170,15 +170,7 @@ def build(pipeline: Pipeline, repository: Path = MODEL_REPOSITORY) -> dict[str, 
     freed = batch_dims.free_on_feeds(model, feeds)  # a converter's fixed batch dim, made dynamic
     if freed:
         print(batch_dims.note(f"{pipeline.name}: model", freed, batch_dims.batch_rows(feeds)))
-    folder.mkdir(parents=True, exist_ok=True)
-    staged = folder / "model.onnx.tmp"
-    staged.write_bytes(model.SerializeToString())
-    try:
-        figures = parity(staged, feeds)
-    except BaseException:
-        staged.unlink(missing_ok=True)
-        raise
-    staged.replace(folder / "model.onnx")
+    figures = write_checked(folder, model.SerializeToString(), feeds)
     if saves_module:
         path = described_export.module_path(repository, pipeline)
         try:

@@ -73,3 +73,23 @@ def parity(model_path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, float
                 f"batch 1 (limit {PARITY_ATOL}): rows of the graph depend on each other"
             )
     return figures
+
+
+def write_checked(folder: Path, model: bytes, feeds: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """Write the ONNX ``model`` as ``folder/model.onnx`` once it passes :func:`parity` on
+    ``feeds`` (staged as ``model.onnx.tmp`` first, so a failure leaves no ``model.onnx``);
+    the parity figures.
+
+    Raises:
+        ParityError: the batch parity check failed (the staged file is removed).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    staged = folder / "model.onnx.tmp"
+    staged.write_bytes(model)
+    try:
+        figures = parity(staged, feeds)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    staged.replace(folder / "model.onnx")
+    return figures

@@ -44,8 +44,8 @@ from builders.pipeline.build_record import (
     LIBRARIES,
     ParityError,
     description_path,
-    parity,
     source_digest,
+    write_checked,
 )
 from builders.pipeline.core_feeds import core_feeds
 from builders.pipeline.graph import ModelSourceError, obtain_model, takes_version
@@ -126,17 +126,12 @@ def build_version(
     if freed:
         print(batch_dims.note(f"{pipeline.name}: model", freed, batch_dims.batch_rows(feeds)))
     folder = repository / core.model / str(version)
-    folder.mkdir(parents=True, exist_ok=True)
-    staged = folder / "model.onnx.tmp"
-    staged.write_bytes(model.SerializeToString())
     try:
-        figures = parity(staged, feeds)
+        figures = write_checked(folder, model.SerializeToString(), feeds)
     except BaseException:
-        staged.unlink(missing_ok=True)
-        if not any(folder.iterdir()):
-            folder.rmdir()
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()  # a version folder made for nothing
         raise
-    staged.replace(folder / "model.onnx")
     first = str(core.versions[0])
     for one_step in one_step_models(pipeline, repository):
         source = one_step / first / "model.py"

@@ -34,6 +34,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -264,6 +265,40 @@ def ready_models(repo: RepositoryClient) -> set[str]:
     return ready | ({canary} if repo.ready(canary) else set())
 
 
+def canary_command(
+    server: TritonServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    version: str,
+    policy: list[str],
+) -> tuple[int, str, list[int], set[str], list[dict[str, Any]], dict[str, Any], Load]:
+    """``tritonrepo-client canary`` of the encoder's ``version`` with the ``policy`` options,
+    run in process under :class:`Load`; then (exit status, its output, the encoder's serving
+    versions, the ready models, the guard's decisions for the ensemble, the routes left, the
+    load)."""
+    o = server.options
+    key_file = tmp_path / "repository.key"
+    key_file.write_text(o.repository_key or "")
+    argv = [
+        "--url", o.http_url, "--repository-key-file", str(key_file),
+        "canary", spec.ENSEMBLE, "--model", spec.ENCODER_MODEL, "--version", version, *policy,
+        "--metrics-url", f"127.0.0.1:{o.metrics_port}",
+    ]  # fmt: skip
+    with (
+        RepositoryClient(o.http_url, "http", key=o.repository_key) as repo,
+        Load(o.http_url) as load,
+    ):
+        code = cli(argv)
+        serving = repo.versions(spec.ENCODER_MODEL)
+        loaded = ready_models(repo)
+        routes = GuardRoutes(o.http_url, repo.headers)
+        decisions = routes.decisions(spec.ENSEMBLE)
+        left = routes.routes()
+    out = capsys.readouterr().out
+    print(out, f"load: {dict(load.counts)}")
+    return code, out, serving, loaded, decisions, left, load
+
+
 def run_canary(server: TritonServer, version: int):
     o = server.options
     with (
@@ -310,29 +345,12 @@ def test_a_good_version_is_promoted_under_load(server):
 def test_a_broken_version_is_rolled_back_by_itself_under_load(server, tmp_path, capsys):
     """``tritonrepo-client canary`` of version 9: rolled back by itself, for its answers or its
     latency, with exit status 3 and one line saying so; version 1 serves alone again."""
-    o = server.options
-    key_file = tmp_path / "repository.key"
-    key_file.write_text(o.repository_key or "")
-    argv = [
-        "--url", o.http_url, "--repository-key-file", str(key_file),
-        "canary", spec.ENSEMBLE, "--model", spec.ENCODER_MODEL, "--version", str(BROKEN),
+    run = canary_command(server, tmp_path, capsys, str(BROKEN), [
         "--steps", ",".join(f"{s:g}" for s in POLICY.steps), "--shadow", f"{POLICY.shadow:g}",
         "--window", str(POLICY.window_s), "--min-requests", str(POLICY.min_requests),
         "--max-p99-ratio", str(POLICY.max_p99_ratio),
-        "--metrics-url", f"127.0.0.1:{o.metrics_port}",
-    ]  # fmt: skip
-    with (
-        RepositoryClient(o.http_url, "http", key=o.repository_key) as repo,
-        Load(o.http_url) as load,
-    ):
-        code = cli(argv)
-        serving = repo.versions(spec.ENCODER_MODEL)
-        loaded = ready_models(repo)
-        routes = GuardRoutes(o.http_url, repo.headers)
-        decisions = routes.decisions(spec.ENSEMBLE)
-        left = routes.routes()
-    out = capsys.readouterr().out
-    print(out, f"load: {dict(load.counts)}")
+    ])  # fmt: skip
+    code, out, serving, loaded, decisions, left, load = run
     assert code == 3, out
     assert decisions[-1]["decision"] == "rollback", decisions
     reason = decisions[-1]["reason"]
@@ -351,28 +369,12 @@ def test_a_shadow_window_alone_reports_and_changes_nothing(server, tmp_path, cap
     """``tritonrepo-client canary --steps ''``: the guard copies a share of the load to version
     2's canary and compares the answers; the command reports the figures (exit 0, decision
     ``report``), moves no request to the canary, and leaves the encoder on version 1 alone."""
-    o = server.options
-    key_file = tmp_path / "repository.key"
-    key_file.write_text(o.repository_key or "")
-    argv = [
-        "--url", o.http_url, "--repository-key-file", str(key_file),
-        "canary", spec.ENSEMBLE, "--model", spec.ENCODER_MODEL, "--version", "2",
+    run = canary_command(server, tmp_path, capsys, "2", [
         "--steps", "", "--shadow", "30", "--window", str(POLICY.window_s),
         "--min-requests", str(POLICY.min_requests), "--max-p99-ratio", str(POLICY.max_p99_ratio),
-        "--metrics-url", f"127.0.0.1:{o.metrics_port}",
-    ]  # fmt: skip
-    with (
-        RepositoryClient(o.http_url, "http", key=o.repository_key) as repo,
-        Load(o.http_url) as load,
-    ):
-        code = cli(argv)
-        serving = repo.versions(spec.ENCODER_MODEL)
-        loaded = ready_models(repo)
-        routes = GuardRoutes(o.http_url, repo.headers)
-        made = [d["decision"] for d in routes.decisions(spec.ENSEMBLE)]
-        left = routes.routes()
-    out = capsys.readouterr().out
-    print(out, f"load: {dict(load.counts)}")
+    ])  # fmt: skip
+    code, out, serving, loaded, decisions, left, load = run
+    made = [d["decision"] for d in decisions]
     assert code == 0, out
     assert f"{spec.ENSEMBLE}: report of {spec.ENCODER_MODEL} version 2 (was 1)" in out
     assert "window at 0 %" in out and "shadow window passed" in out

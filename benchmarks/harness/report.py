@@ -60,9 +60,9 @@ def header(run: Run) -> list[str]:
 def targets_table(targets: list[Target]) -> list[str]:
     """The comparisons of :mod:`benchmarks.harness.targets`: measured ratio, bound and verdict."""
     lines = [
-        "## Targets (ratios from this run)",
+        "## Goals (ratios from this run)",
         "",
-        "| target | value | goal | verdict | detail |",
+        "| comparison | value | goal | verdict | detail |",
         "|---|---|---|---|---|",
     ]
     for t in targets:

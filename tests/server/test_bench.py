@@ -129,7 +129,7 @@ def test_report_has_tables_and_plots(tmp_path):
     run.settings |= {"window": "w", "loadgen_s": 1}
     path = report.write(run, targets.evaluate(run), tmp_path)
     text = path.read_text()
-    assert "## Targets" in text and "## text_embedding" in text and "## ctr_ranking" in text
+    assert "## Goals" in text and "## text_embedding" in text and "## ctr_ranking" in text
     assert "| triton_v4 | perf_analyzer |" in text
     for name in ("text_embedding", "ctr_ranking"):
         for kind in ("throughput", "latency"):
@@ -251,7 +251,7 @@ def test_quick_run_measures_every_system(tmp_path):
     aucs = [systems["ctr_ranking", k]["values"]["auc"] for k in ("torch_1", "triton_v1")]
     assert aucs[0] == pytest.approx(aucs[1], abs=1e-4), "served FP32 AUC equals PyTorch's"
     text = (tmp_path / "report.md").read_text()
-    assert "quick mode" in text and "## Targets" in text
+    assert "quick mode" in text and "## Goals" in text
     for workload in ("text_embedding", "ctr_ranking", "ctr_session", "image_classification"):
         assert f"## {workload}" in text
         for kind in ("throughput", "latency"):

@@ -45,6 +45,9 @@ CALLS_PARAMETER = "tritonrepo_calls"
 # A Python-backend model that runs a pipeline's core itself (the one-step CPU model of a
 # described pipeline, tritonrepo.pipelines.fused_step) names the core's folder in this parameter.
 ONE_STEP_PARAMETER = "core_model"
+# The class a one-step model's ``model.py`` subclasses (written by the generator; a canary's copy
+# of a one-step model uploads the same entry point).
+ONE_STEP_CLASS = "tritonrepo.pipelines.one_step:OneStep"
 # A one-step model that runs other models' code and files in its own process (the one-step GPU
 # model, tritonrepo.pipelines.chained_step) names them here, comma-separated: the preflight
 # checks their files and make gpu-pack carries them; they are not loaded with it.

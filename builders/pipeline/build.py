@@ -241,9 +241,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(builders.pipeline.build_version)",
     )
     parser.add_argument("--force", action="store_true", help="with --version: rebuild it")
+    parser.add_argument(
+        "--core",
+        help="with --version, for a description of several models: the [models.<key>] key of "
+        "the core to version",
+    )
     args = parser.parse_args(argv)
     if args.version is not None:
-        return build_version.command(args.names, args.version, args.repository, args.force)
+        return build_version.command(
+            args.names, args.version, args.repository, args.force, args.core
+        )
     if args.list_built:
         described = [load(path) for path in discover(PIPELINES)]
         for path in module_build.built_files(described, args.repository):

@@ -57,7 +57,7 @@ def build_graph(pipeline: GraphPipeline, repository: Path) -> dict[str, Any] | N
     models = {k: obtain_model(pipeline.core_view(k)).SerializeToString() for k in pipeline.cores}
     runner = GraphInProcess(pipeline, models)
     runner.run(import_ref(pipeline.samples or "")())
-    freed = {key: _free_batch_dims(pipeline, key, models, runner) for key in pipeline.cores}
+    freed = {key: free_batch_dims(pipeline, key, models, runner) for key in pipeline.cores}
     figures: dict[str, dict[str, float]] = {}
     for key, core in pipeline.cores.items():
         folder = folders[key]
@@ -100,7 +100,7 @@ def build_graph(pipeline: GraphPipeline, repository: Path) -> dict[str, Any] | N
     }
 
 
-def _free_batch_dims(
+def free_batch_dims(
     pipeline: GraphPipeline, key: str, models: dict[str, bytes], runner: GraphInProcess
 ) -> dict[str, list[int | None]]:
     """Core ``key``'s outputs whose fixed first dim its last call on the samples proves is the

@@ -7,7 +7,7 @@ parity check of a built graph (:func:`parity`, :class:`ParityError`)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -75,10 +75,15 @@ def parity(model_path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, float
     return figures
 
 
-def write_checked(folder: Path, model: bytes, feeds: Mapping[str, np.ndarray]) -> dict[str, float]:
+def write_checked(
+    folder: Path,
+    model: bytes,
+    feeds: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
+) -> dict[str, float]:
     """Write the ONNX ``model`` as ``folder/model.onnx`` once it passes :func:`parity` on
-    ``feeds`` (staged as ``model.onnx.tmp`` first, so a failure leaves no ``model.onnx``);
-    the parity figures.
+    ``feeds`` (one feed, or every feed a graph's core got on the samples; staged as
+    ``model.onnx.tmp`` first, so a failure leaves no ``model.onnx``); the parity figures (the
+    largest per output over the feeds).
 
     Raises:
         ParityError: the batch parity check failed (the staged file is removed).
@@ -86,8 +91,11 @@ def write_checked(folder: Path, model: bytes, feeds: Mapping[str, np.ndarray]) -
     folder.mkdir(parents=True, exist_ok=True)
     staged = folder / "model.onnx.tmp"
     staged.write_bytes(model)
+    figures: dict[str, float] = {}
     try:
-        figures = parity(staged, feeds)
+        for one in [feeds] if isinstance(feeds, Mapping) else feeds:
+            for name, value in parity(staged, one).items():
+                figures[name] = max(value, figures.get(name, 0.0))
     except BaseException:
         staged.unlink(missing_ok=True)
         raise

@@ -49,12 +49,8 @@ from tritonrepo.server.launcher import TritonServer
 from tritonrepo.text import spec
 from tritonrepo_client import ClientError, RepositoryClient, RouteTable, TritonConnection
 from tritonrepo_client.cli.app import main as cli
-from tritonrepo_client.control.canary import (
-    CANARY_SUFFIX,
-    CanaryPolicy,
-    canary_rollout,
-    step_of,
-)
+from tritonrepo_client.control.canary import CanaryPolicy, canary_rollout
+from tritonrepo_client.control.canary_forms import CANARY_SUFFIX, step_of
 from tritonrepo_client.control.canary_policy import (
     GROSS_P99_REQUESTS,
     P99_REQUESTS,

@@ -14,7 +14,9 @@ import pytest
 
 from builders.file_digest import sha256
 from builders.pipeline import build, build_record, build_version
-from tests.unit.pipeline_fixtures.workspace import PACKAGE
+from tests.unit.pipeline_fixtures.chain.description import CHAIN_PACKAGE, CHAIN_TOML
+from tests.unit.pipeline_fixtures.toy import model as toy_model
+from tests.unit.pipeline_fixtures.workspace import PACKAGE, Workspace
 from tests.unit.test_pipeline_build import toy
 from tritonrepo.description import import_ref
 
@@ -113,3 +115,22 @@ def test_a_version_failing_parity_leaves_nothing(tmp_path):
     with pytest.raises(build_record.ParityError):
         build_version.build_version(pipeline, 2, repo)
     assert not (repo / "toy_model" / "2").exists()
+
+
+def test_a_core_of_a_graph_is_versioned_on_the_feeds_it_gets_in_the_graph(tmp_path, monkeypatch):
+    ws = Workspace(tmp_path.resolve(), monkeypatch)
+    ws.write_description(CHAIN_TOML.replace("models:first", "models:first_versioned"))
+    pipeline = ws.load()
+    repo = tmp_path / "repo"
+    with pytest.raises(build_version.VersionError, match="name the core to version with --core"):
+        build_version.build_version(pipeline, 2, repo)
+    build.build(pipeline, repo)
+    record = build_version.build_version(pipeline, 2, repo, core_key="first")
+    second = repo / "toy_first" / "2" / "model.onnx"
+    assert record["core"] == "first" and record["version"] == 2
+    assert record["source"] == f"{CHAIN_PACKAGE}.models:first_versioned(version=2)"
+    assert record["parity_calls"] >= 1 and record["parity_rows"] > 0
+    assert not (repo / "toy_second" / "2").exists()
+    features = np.ones((3, 4), np.float32)
+    expected = features @ (2 * toy_model.WEIGHTS) + toy_model.BIAS
+    np.testing.assert_allclose(scores(second, features), expected, rtol=1e-6)

@@ -163,3 +163,19 @@ def test_an_unknown_call_and_a_missing_input_are_description_errors(ws: Workspac
     text = str(info.value)
     assert "step[4].calls: 'scaler' is not a [models.<key>] key" in text
     assert "step[0].inputs: None: give a non-empty list of tensor names" in text
+
+
+def test_a_canary_table_reaches_the_ensemble_and_drift_is_refused_with_its_reason(ws):
+    ws.write_description(
+        CHAIN_TOML + '\n[canary]\noutput = "OUT"\nmeasure = "cosine"\nmin = 0.98\n'
+    )
+    result = ws.run()
+    assert result.rc == 0, result.err
+    declared = parse(ws.repository / "toy/config.pbtxt").parameters["tritonrepo_canary"]
+    assert declared.string_value == '{"output":"OUT","measure":"cosine","min":0.98}'
+    ws.write_description(CHAIN_TOML + '\n[canary]\noutput = "SCORES"\n\n[drift]\n')
+    with pytest.raises(DescriptionError) as info:
+        ws.load()
+    text = str(info.value)
+    assert "canary.output" in text and "SCORES" in text
+    assert "drift: input features are counted in the one model" in text

@@ -44,6 +44,9 @@ NON_STEP_KEYS: Mapping[str, str] = {
     "tritonrepo_stages": "the preflight and make gpu-pack: models a one-step model runs in itself",
     "tritonrepo_openai_embeddings": "the HTTP guard's /v1/embeddings: the text input, the "
     "embedding and token-count outputs",
+    "tritonrepo_as_version": "PythonStep: a canary's copy runs as this version of the named "
+    "model (tritonrepo.step.served_copy)",
+    "tritonrepo_canary": "tritonrepo_client canary: the pipeline's declared answer comparison",
     "tritonrepo_drift": "PythonStep's input-feature counters (tritonrepo.step.drift): the "
     "pipeline and its features function",
 }

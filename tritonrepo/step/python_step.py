@@ -30,6 +30,7 @@ from tritonrepo.step.error_log import ErrorLog
 from tritonrepo.step.errors import InvalidRequest
 from tritonrepo.step.metrics import StepErrorCounters, error_kind
 from tritonrepo.step.parameters import Parameter, parse
+from tritonrepo.step.served_copy import AS_VERSION_PARAMETER, served_version_dir
 
 Outputs = dict[str, np.ndarray]
 
@@ -81,7 +82,12 @@ class PythonStep:
         import triton_python_backend_utils as pb_utils
 
         self.pb_utils = pb_utils
-        self.version_dir = Path(args["model_repository"]) / args["model_version"]
+        as_version = self.parameters.get(AS_VERSION_PARAMETER)
+        self.version_dir = (
+            served_version_dir(as_version)  # a canary's copy (tritonrepo.step.served_copy)
+            if as_version
+            else Path(args["model_repository"]) / args["model_version"]
+        )
         gpu = args.get("model_instance_kind") == "GPU"
         self.device = f"cuda:{args.get('model_instance_device_id', '0')}" if gpu else "cpu"
         if counted:

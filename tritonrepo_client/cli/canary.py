@@ -20,8 +20,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="roll a pipeline's model to a version on a share of live traffic, then promote "
         "or roll back by itself (HTTP guard)",
     )
-    cmd.add_argument("pipeline", help="the served ensemble whose requests are split")
-    cmd.add_argument("--model", required=True, help="its step model to roll")
+    cmd.add_argument(
+        "pipeline",
+        help="the served pipeline whose requests are split (an ensemble, or one Python model)",
+    )
+    cmd.add_argument(
+        "--model",
+        required=True,
+        help="its step model to roll (a one-model pipeline: itself or its core)",
+    )
     cmd.add_argument("--version", type=int, help="the version to roll to")
     cmd.add_argument(
         "--abort",

@@ -4,11 +4,12 @@ promoted or rolled back by itself.
 
 ``canary_rollout(pipeline, model, N)`` on one server behind the HTTP guard:
 
-1. **pin**: the pipeline's ensemble is reloaded with its ``model`` step pinned to the serving
-   version ``old`` (a config override), so loading N does not move its traffic;
-2. **stage**: ``model`` is loaded with both versions (``version_policy`` ``[old, N]``), and the
-   canary ensemble ``<pipeline>__canary``, the pipeline's config with the step pinned to N, is
-   loaded through the load API (a config and a placeholder version folder);
+1. **pin** and 2. **stage**, by the form the pipeline is served in
+   (:mod:`tritonrepo_client.control.canary_forms`): for an ensemble, its ``model`` step pinned
+   to the serving version ``old``, ``model`` loaded with both versions, and the canary
+   ensemble ``<pipeline>__canary`` (the step pinned to N) loaded through the load API; for a
+   pipeline served as one Python model, a copy of it loaded as ``<pipeline>__canary`` that runs
+   as version N;
 3. **shadow, then steps**: the guard copies ``shadow`` percent of the pipeline's requests to the
    canary and compares the answers, every output by a measure of its type (or the pipeline's
    declared ``[canary]``: :mod:`tritonrepo_client.control.canary_measures`); then, for each
@@ -21,11 +22,9 @@ promoted or rolled back by itself.
    figures without enough of them; at the quantile the window's requests support), or a
    compared output breaks its limit (a share of agreeing rows, or a quantile of their
    similarity); after the last step it is promoted;
-5. **promote**: the pipeline is pinned to N, the route removed, the canary ensemble unloaded,
-   ``model`` serves N alone and the pipeline's own config is loaded back. **Roll back**: the
-   route removed, the canary ensemble unloaded, ``model`` serves ``old`` alone, the pipeline's
-   config loaded back. The route goes before anything is unloaded, so no request is sent to a
-   model that is going away.
+5. **promote** or **roll back**, by the form (:mod:`tritonrepo_client.control.canary_forms`).
+   The route goes before anything is unloaded, so no request is sent to a model that is going
+   away.
 
 Each decision is printed, logged by the guard and counted in its
 ``tritonrepo_canary_decisions_total`` (``/_guard/metrics``). gRPC requests do not pass the
@@ -34,7 +33,6 @@ guard: they reach the pinned serving version throughout, and the canary's figure
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from collections.abc import Callable
@@ -42,6 +40,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tritonrepo_client.connection import ClientError
+from tritonrepo_client.control.canary_forms import (
+    CANARY_SUFFIX,
+    CanaryError,
+    canary_form,
+    is_one_step,
+    pinned,
+    restore_ensemble,
+    step_of,
+)
 from tritonrepo_client.control.canary_measures import (
     Measure,
     default_measures,
@@ -52,15 +59,8 @@ from tritonrepo_client.control.canary_policy import CanaryPolicy, compared_line,
 from tritonrepo_client.control.guard_routes import GuardRoutes, Route
 from tritonrepo_client.control.live_metrics import Window, snapshot
 from tritonrepo_client.control.repository import RepositoryClient
-from tritonrepo_client.control.rollout import with_policy
 
-CANARY_SUFFIX = "__canary"
 AGREEMENT_PARAMETER = "tritonrepo_canary"  # the pipeline's declared agreement (JSON)
-PLACEHOLDER = "file:1/.canary"  # an ensemble needs a version folder; Triton makes it from this
-
-
-class CanaryError(ClientError):
-    """The canary could not start, or a step failed (what was undone is in the message)."""
 
 
 @dataclass
@@ -78,31 +78,6 @@ class CanaryReport:
     lines: list[str] = field(default_factory=list)
     seconds: float = 0.0
     compared: list[str] = field(default_factory=list)
-
-
-def step_of(config: dict[str, Any], model: str) -> dict[str, Any]:
-    """The ensemble step of ``config`` that runs ``model``.
-
-    Raises:
-        CanaryError: the config is not an ensemble with such a step.
-    """
-    steps = config.get("ensemble_scheduling", {}).get("step", [])
-    found = [s for s in steps if s.get("model_name") == model]
-    if config.get("platform") != "ensemble" or len(found) != 1:
-        raise CanaryError(
-            f"'{config.get('name')}' is not an ensemble with one step running '{model}'"
-        )
-    return found[0]
-
-
-def pinned(config: dict[str, Any], model: str, version: int, name: str | None = None) -> dict:
-    """A copy of the ensemble ``config`` whose ``model`` step runs ``version`` (and named
-    ``name`` when given)."""
-    new = copy.deepcopy(config)
-    step_of(new, model)["model_version"] = str(version)
-    if name is not None:
-        new["name"] = name
-    return new
 
 
 def declared_agreement(config: dict[str, Any]) -> dict[str, Any] | None:
@@ -142,6 +117,7 @@ def _watch(
     metrics_url: str,
     policy: CanaryPolicy,
     measures: list[Measure],
+    ensemble: bool,
 ) -> tuple[str | None, str]:
     """One analysis window: ``(why the canary must go, or None; the window's figures)``. It
     ends early on a reason, and is extended (up to twice) until the canary had
@@ -154,8 +130,8 @@ def _watch(
         time.sleep(policy.interval_s)
         window.add(snapshot(metrics_url))
         shadow = routes.shadow(pipeline, began)
-        why = judge(window, pipeline, canary, shadow, policy, measures)
-        requests, failed = window.requests(canary, ensemble=True)
+        why = judge(window, pipeline, canary, shadow, policy, measures, ensemble)
+        requests, failed = window.requests(canary, ensemble)
         now = time.monotonic()
         if why or (now >= deadline and requests >= policy.min_requests) or now >= longest:
             break
@@ -215,26 +191,11 @@ def canary_rollout(
             f"'{pipeline}' has a route already: another canary runs, or one did not finish "
             f"(undo it: tritonrepo-client canary {pipeline} --model {model} --abort)"
         )
-    config = repo.config(pipeline)
-    model_config = repo.config(model)
-    pin = str(step_of(config, model).get("model_version", "-1"))
-    if pin != "-1":
-        raise CanaryError(
-            f"'{pipeline}' runs {model} version {pin} pinned: a canary that did not finish "
-            f"(undo it: tritonrepo-client canary {pipeline} --model {model} --abort), or a "
-            "pin in the pipeline's own config (a canary needs model_version -1)"
-        )
-    serving = repo.versions(model)
-    if len(serving) != 1 or serving == [version]:
-        raise CanaryError(
-            f"'{model}' serves {serving}: a canary starts from one serving version "
-            f"other than {version}"
-        )
-    old = serving[0]
-    canary = pipeline + CANARY_SUFFIX
-    measures = compared_measures(repo, pipeline, config, policy.min_agreement)
+    form = canary_form(repo, pipeline, model, version)
+    canary = form.canary
+    measures = compared_measures(repo, pipeline, form.config, policy.min_agreement)
     agreement = [m.route_spec() for m in measures] or None
-    report = CanaryReport(pipeline, model, old, version)
+    report = CanaryReport(pipeline, form.model, form.old, version)
     report.compared = [m.key for m in measures]
 
     def line(text: str) -> None:
@@ -245,16 +206,12 @@ def canary_rollout(
         routes.decide(pipeline, canary, decision, weight, reason)
         line(f"{decision} at {weight:g} %: {reason}")
 
-    def undo() -> None:
-        _restore(repo, routes, pipeline, model, old, model_config)
-        repo.load(pipeline, config)
+    def remove_route() -> None:
+        routes.remove(pipeline)
 
     weight = 0.0
     try:
-        repo.load(pipeline, pinned(config, model, old))
-        repo.load(model, with_policy(model_config, [old, version], old))
-        repo.load(canary, pinned(config, model, version, canary), {PLACEHOLDER: b""})
-        line(f"{canary} serves {model} version {version}; {pipeline} stays on {old}")
+        line(form.stage())
         routes.clear_shadow(pipeline)
         routes.set(pipeline, Route(canary, 0.0, policy.shadow, agreement))
         decide("start", 0.0, f"shadow {policy.shadow:g} % of requests")
@@ -263,34 +220,30 @@ def canary_rollout(
             routes.set(pipeline, Route(canary, weight, policy.shadow, agreement))
             if weight:
                 decide("step", weight, f"{weight:g} % of requests to {canary}")
-            why, figures = _watch(pipeline, canary, routes, metrics_url, policy, measures)
+            why, figures = _watch(pipeline, canary, routes, metrics_url, policy, measures,
+                                  form.ensemble)  # fmt: skip
             line(f"window at {weight:g} %: {figures}")
             if why is not None:
-                undo()
+                form.undo(remove_route)
                 decide("rollback", weight, why)
                 report.decision, report.reason = "rollback", why
                 break
             if not policy.steps:  # shadow only: report, change nothing
-                undo()
+                form.undo(remove_route)
                 decide("report", weight, f"shadow window passed: {figures}")
                 report.decision, report.reason = "report", figures
                 break
         else:
-            repo.load(pipeline, pinned(config, model, version))
-            routes.remove(pipeline)
-            repo.unload(canary)
-            repo.load(model, with_policy(model_config, [version], old))
-            repo.wait_until(model, [old], 120.0)
-            repo.load(pipeline, config)
-            reason = f"every window passed; {model} serves version {version}"
+            form.promote(remove_route)
+            reason = f"every window passed; {form.model} serves version {version}"
             decide("promote", weight, reason)
             report.decision, report.reason = "promote", reason
     except (ClientError, TimeoutError, KeyboardInterrupt) as exc:
         # An interrupt (Ctrl-C, or SIGTERM through the command line) is undone like a failed
-        # step, then raised again: the route, the canary ensemble and the pin go with it.
+        # step, then raised again: the route, the canary and the pin go with it.
         why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"a step failed: {exc}"
         try:
-            undo()
+            form.undo(remove_route)
             decide("rollback", weight, why)
         except (ClientError, TimeoutError) as again:
             raise CanaryError(
@@ -306,28 +259,32 @@ def canary_rollout(
 def abort_canary(repo: RepositoryClient, routes: GuardRoutes, pipeline: str, model: str) -> str:
     """Undo what a canary of ``pipeline`` left when its process was killed outright (SIGKILL;
     an interrupt is undone by :func:`canary_rollout` itself): the route removed, the canary
-    ensemble unloaded, ``model`` serving the version the pipeline's step is pinned to alone,
-    and the step unpinned. Steps already undone are skipped; a ``rollback`` decision
+    unloaded and, for an ensemble, ``model`` serving the version the pipeline's step is pinned
+    to alone and the step unpinned. Steps already undone are skipped; a ``rollback`` decision
     (``aborted``) is recorded.
 
     Returns:
         What was done, one line.
 
     Raises:
-        CanaryError: ``model`` is not a step of ``pipeline``, or its step is not pinned while
-            ``model`` serves several versions (which one to keep is unknown).
+        CanaryError: ``model`` is neither a step of ``pipeline`` nor its one-step model's, or
+            it serves several versions without a pin (which one to keep is unknown).
         ClientError: a call failed.
     """
     config = repo.config(pipeline)
-    pin = int(step_of(config, model).get("model_version", -1))
-    serving = repo.versions(model)
+    one_step = is_one_step(config)
+    rolled = pipeline if one_step else model
+    pin = -1 if one_step else int(step_of(config, model).get("model_version", -1))
+    serving = repo.versions(rolled)
     if pin == -1 and len(serving) > 1:
         raise CanaryError(
-            f"'{pipeline}' does not pin {model}, which serves {serving}: which version to keep "
-            f"is unknown (tritonrepo-client rollout {model} picks one)"
+            f"'{pipeline}' does not pin {rolled}, which serves {serving}: which version to keep "
+            f"is unknown (tritonrepo-client rollout {rolled} picks one)"
         )
+    route = routes.remove(pipeline)
+    done = ["route removed"] if route is not None else []
     keep = pin if pin != -1 else serving[0]
-    route, done = _restore(repo, routes, pipeline, model, keep, repo.config(model))
+    done += restore_ensemble(repo, pipeline, rolled, keep, repo.config(rolled))
     if pin != -1:
         repo.load(pipeline, pinned(config, model, -1))
         done.append(f"{pipeline} unpinned")
@@ -335,34 +292,3 @@ def abort_canary(repo: RepositoryClient, routes: GuardRoutes, pipeline: str, mod
     routes.decide(pipeline, pipeline + CANARY_SUFFIX, "rollback",
                   route.weight if route else 0.0, f"aborted: {what}")  # fmt: skip
     return what
-
-
-def _restore(
-    repo: RepositoryClient,
-    routes: GuardRoutes,
-    pipeline: str,
-    model: str,
-    keep: int,
-    model_config: dict[str, Any],
-) -> tuple[Route | None, list[str]]:
-    """Take a canary of ``pipeline`` away, skipping what is gone already: its route first (so
-    no request is sent to a model going away), then the canary ensemble, then every version
-    of ``model`` but ``keep`` (``model_config`` with that one version; its requests drain).
-
-    Returns:
-        The route removed (None: there was none) and what was done, one phrase a step.
-    """
-    done = []
-    route = routes.remove(pipeline)
-    if route is not None:
-        done.append("route removed")
-    canary = pipeline + CANARY_SUFFIX
-    if repo.ready(canary):
-        repo.unload(canary)
-        done.append(f"{canary} unloaded")
-    serving = repo.versions(model)
-    if serving != [keep]:
-        repo.load(model, with_policy(model_config, [keep], keep))
-        repo.wait_until(model, [v for v in serving if v != keep], 120.0)
-        done.append(f"{model} serves version {keep} alone")
-    return route, done

@@ -140,14 +140,16 @@ def judge(
     shadow: dict[str, Any],
     policy: CanaryPolicy,
     measures: Sequence[Measure] = (),
+    ensemble: bool = True,
 ) -> str | None:
     """Why the canary must be rolled back after ``window``, or None: it failed more requests
     than the serving version (by ``max_error_ratio_delta``), it is slower
     (:func:`slower`), it failed shadow copies, or a compared output breaks its limit
     (``measures``, judged on the guard's per-row scores of the window:
-    :mod:`tritonrepo_client.control.canary_measures`)."""
-    requests, failed = window.requests(canary, ensemble=True)
-    served, served_failed = window.requests(pipeline, ensemble=True)
+    :mod:`tritonrepo_client.control.canary_measures`). ``ensemble``: both are ensembles, whose
+    failures Triton counts twice."""
+    requests, failed = window.requests(canary, ensemble)
+    served, served_failed = window.requests(pipeline, ensemble)
     ratio = failed / requests if requests else 0.0
     served_ratio = served_failed / served if served else 0.0
     if failed and ratio > served_ratio + policy.max_error_ratio_delta:

@@ -299,7 +299,7 @@ class GraphKind:
         steps = ensemble_steps(pipeline, checked)
         files: dict[Path, str] = {
             folder / "config.pbtxt": ensemble_config(
-                pipeline, steps, probe_parameter(checked.probe)
+                pipeline, steps, probe_parameter(checked.probe) | pipeline.canary_parameter()
             ),
             folder / "1" / ".gitkeep": "",
         }

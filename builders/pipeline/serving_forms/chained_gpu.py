@@ -69,6 +69,7 @@ def chained_config(pipeline: Pipeline, probe: str | None) -> str:
         parameters[PROBE_PARAMETER] = probe
     parameters |= pipeline.openai_parameter()
     parameters |= pipeline.drift_parameter()
+    parameters |= pipeline.canary_parameter()
     instances = chained_instances(pipeline)
     return one_step_config(pipeline, CHAINED_DOC, instances, "KIND_GPU", Deployment(), parameters)
 

@@ -92,6 +92,7 @@ def fused_config(
         parameters[PROBE_PARAMETER] = probe
     parameters |= pipeline.openai_parameter()
     parameters |= pipeline.drift_parameter()
+    parameters |= pipeline.canary_parameter()
     instances = fused_instances(pipeline)
     return one_step_config(pipeline, FUSED_DOC, instances, "KIND_CPU", deployment, parameters)
 

@@ -22,6 +22,7 @@ from builders.pipeline.config_writer import (
 from builders.pipeline.generated_files import header_comment, python_model
 from builders.pipeline.model_configs import tensor_configs
 from tritonrepo.description import Deployment, Pipeline
+from tritonrepo_format.roles import ONE_STEP_CLASS
 
 
 def one_step_config(
@@ -49,9 +50,6 @@ def one_step_config(
         comment=header_comment(pipeline, pipeline.summary, doc),
     )
     return config_text(config)
-
-
-ONE_STEP_CLASS = "tritonrepo.pipelines.one_step:OneStep"
 
 
 def one_step_model_py(pipeline: Pipeline) -> str:

@@ -32,7 +32,8 @@ A core step's ``inputs``/``outputs`` map its graph's tensor names to the pipelin
 tensor not listed keeps its own name); a Python step's ``calls`` lists ``[models.<key>]`` keys,
 and its function is then called ``function(inputs, models)``, ``models[key](tensors) ->
 tensors`` (:mod:`tritonrepo.pipelines.step_calls`). A model that no step runs must be called by
-one. The wiring against the graphs (names, dtypes, dims) is checked by the generator
+one. ``[canary]`` is read as for one core (its ``output`` one of the pipeline's); ``[drift]`` is
+refused. The wiring against the graphs (names, dtypes, dims) is checked by the generator
 (``builders.pipeline.kinds.graph``), which also runs the whole chain on the samples.
 """
 
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonrepo.description.parse.model_tables import read_core, read_step
+from tritonrepo.description.parse.options import parse_canary
 from tritonrepo.description.parse.reader import (
     Reader,
     read_function_table,
@@ -80,6 +82,8 @@ _TOP_KEYS = (
     "probe",
     "tests",
     "one_step_gpu",
+    "canary",
+    "drift",
 )
 
 
@@ -210,6 +214,13 @@ def parse_graph(data: Mapping[str, Any], source: Path) -> GraphPipeline:
     )
     if not pipeline.inputs or not pipeline.outputs:
         r.problem("input", "add [[input]] and [[output]] tables (name, dtype, dims)")
+    if "canary" in data:
+        canary = parse_canary(r, data["canary"], [t.name for t in pipeline.outputs])
+        pipeline = replace(pipeline, canary=canary)
+    if "drift" in data:
+        r.problem("drift", "input features are counted in the one model that receives a "
+                  "single-core pipeline's requests; a description of several models has no "
+                  "such model yet: drop [drift]")  # fmt: skip
     names = pipeline.models
     for model in {m for m in names if names.count(m) > 1}:
         r.problem("step", f"model name '{model}' is used twice; set model = '...' to tell apart")

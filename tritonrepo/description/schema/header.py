@@ -1,6 +1,7 @@
 """What every description has, whatever its shape: :class:`Header` (the pipeline's name, summary,
-request and response tensors, samples, probe, tests, source file). :class:`~.Pipeline` (one
-core model) and :class:`~.GraphPipeline` (several) are headers with their own tables."""
+request and response tensors, samples, probe, ``[canary]``, tests, source file).
+:class:`~.Pipeline` (one core model) and :class:`~.GraphPipeline` (several) are headers with
+their own tables."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tritonrepo.description.schema.options import CanarySpec
 from tritonrepo.description.schema.tables import Tensor
 
 
@@ -27,6 +29,8 @@ class Header:
         tests: whether the generator writes ``tests/pipelines/test_<name>.py``.
         source: the ``pipeline.toml`` read (absolute).
         probe: the ``[probe]`` table (KServe v2 JSON input tensors), or None.
+        canary: the ``[canary]`` table: how a canary's answers are compared, or None (every
+            output by a measure of its type: tritonrepo_client.control.canary_measures).
     """
 
     name: str
@@ -39,6 +43,11 @@ class Header:
     tests: bool
     source: Path
     probe: Mapping[str, Any] | None = None
+    canary: CanarySpec | None = None
+
+    def canary_parameter(self) -> dict[str, str]:
+        """``{"tritonrepo_canary": JSON}`` for the served model's config, or ``{}``."""
+        return self.canary.parameter() if self.canary is not None else {}
 
     @property
     def folder(self) -> Path:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tritonrepo.description.schema.header import Header
-from tritonrepo.description.schema.options import CanarySpec, DriftSpec, OpenAiEmbeddings
+from tritonrepo.description.schema.options import DriftSpec, OpenAiEmbeddings
 from tritonrepo.description.schema.stateful import CoreState, SequenceSpec, SessionSpec
 from tritonrepo.description.schema.tables import Core, Step
 from tritonrepo_format.roles import OPENAI_EMBEDDINGS_PARAMETER
@@ -37,7 +37,6 @@ class Pipeline(Header):
     one_step_gpu: bool = False
     openai_embeddings: OpenAiEmbeddings | None = None  # [openai_embeddings]: /v1/embeddings
     drift: DriftSpec | None = None  # [drift]: input features counted (tritonrepo.step.drift)
-    canary: CanarySpec | None = None  # [canary]: how a canary's answers are compared
 
     def drift_parameter(self) -> dict[str, str]:
         """``{"tritonrepo_drift": JSON}`` for the model that receives the requests, or ``{}``."""
@@ -50,10 +49,6 @@ class Pipeline(Header):
             return {}
         dims = next(t.dims for t in self.outputs if t.name == spec.output)
         return {OPENAI_EMBEDDINGS_PARAMETER: spec.parameter(int(dims[-1]))}
-
-    def canary_parameter(self) -> dict[str, str]:
-        """``{"tritonrepo_canary": JSON}`` for the ensemble's config, or ``{}``."""
-        return self.canary.parameter() if self.canary is not None else {}
 
     @property
     def stateful(self) -> bool:

@@ -41,3 +41,8 @@ def second() -> onnx.ModelProto:
 def scale() -> onnx.ModelProto:
     """``v`` FP32 [batch, 2] -> ``w`` FP32 [batch, 2] = 3 v - 1."""
     return _elementwise("scale", "v", "w", 3.0, -1.0)
+
+
+def first_versioned(version: int = 1) -> onnx.ModelProto:
+    """As :func:`first`, retrained as ``version`` (the toy's weights times ``version``)."""
+    return toy.build_versioned(version)

@@ -22,7 +22,7 @@ FULL = {
 }
 QUICK = {
     "levels": QUICK_LEVELS,
-    "window": Window(interval_ms=500, stability_percent=999, max_trials=3),
+    "window": Window(interval_ms=1000, stability_percent=999, max_trials=3),
     "loadgen_s": 1.0,
     "texts": 64,
     "ranking_requests": 32,

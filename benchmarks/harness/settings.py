@@ -23,7 +23,7 @@ FULL = {
 QUICK = {
     "levels": QUICK_LEVELS,
     "window": Window(interval_ms=1000, stability_percent=999, max_trials=3),
-    "loadgen_s": 1.0,
+    "loadgen_s": 2.0,
     "texts": 64,
     "ranking_requests": 32,
     "sessions": 16,

@@ -58,11 +58,11 @@ def test_one_request_held_up_among_few_does_not_roll_back() -> None:
     assert judged(window(500, 18.0, 300.0), NO_COPIES) is None
 
 
-def test_a_p99_far_above_the_serving_one_rolls_back_from_100_requests() -> None:
+def test_a_p99_far_above_the_serving_one_rolls_back_from_300_requests() -> None:
     """The p50 alone does not promote a canary whose tail is several times the serving one."""
     assert judged(window(GROSS_P99_REQUESTS - 1, 18.0, 524.0), NO_COPIES) is None
     why = judged(window(GROSS_P99_REQUESTS, 18.0, 524.0), NO_COPIES)
-    assert why is not None and why.startswith("the canary's p99 is 524.0 ms over 100 requests")
+    assert why is not None and why.startswith("the canary's p99 is 524.0 ms over 300 requests")
     assert "5 x the serving version's 73.0 ms" in why
 
 
@@ -96,8 +96,10 @@ def test_shadow_copies_are_compared_with_their_twins_not_with_the_live_requests(
     assert why is not None
     assert why.startswith("the canary's p99 is 2400.0 ms over 1370 shadow copies")
     assert judged(window(137, 20.0, 60.0), copies(137, (21.0, 150.0), (20.0, 64.0))) is None
-    why = judged(window(137, 20.0, 60.0), copies(137, (21.0, 521.0), (20.0, 64.0)))
-    assert why is not None and why.startswith("the canary's p99 is 521.0 ms over 137 shadow")
+    # Of 137 copies the p99 is one or two of them (one stall): not judged; of 300, three.
+    assert judged(window(137, 20.0, 60.0), copies(137, (21.0, 521.0), (20.0, 64.0))) is None
+    why = judged(window(300, 20.0, 60.0), copies(300, (21.0, 521.0), (20.0, 64.0)))
+    assert why is not None and why.startswith("the canary's p99 is 521.0 ms over 300 shadow")
     why = judged(window(137, 20.0, 60.0), copies(50, (90.0, 200.0), (20.0, 60.0)))
     assert why is not None and why.startswith("the canary's p50 is 90.0 ms over 50 shadow copies")
 

@@ -193,12 +193,20 @@ def canary_form(repo: RepositoryClient, pipeline: str, model: str, version: int)
     """The form ``pipeline`` is served in, ready to stage a canary of ``model`` ``version``.
 
     Raises:
-        CanaryError: the pipeline is neither an ensemble with one step running ``model`` nor a
-            one-step model of ``model`` (its own name or its core's), the step is pinned, or
-            ``model`` does not serve one version other than ``version``.
+        CanaryError: the pipeline is stateful (sequence batching), or neither an ensemble with
+            one step running ``model`` nor a one-step model of ``model`` (its own name or its
+            core's), the step is pinned, or ``model`` does not serve one version other than
+            ``version``.
         ClientError: a config cannot be read.
     """
     config = repo.config(pipeline)
+    if "sequence_batching" in config:
+        raise CanaryError(
+            f"'{pipeline}' is stateful: a canary would send some events of a session to one "
+            "model and the rest to the other, each with its own state. Roll out its core "
+            "instead (tritonrepo-client rollout <core> --version N): the sessions' state stays "
+            "in the session model, so open sessions go on, scored by the new version"
+        )
     if is_one_step(config):
         core = config["parameters"][ONE_STEP_PARAMETER].get("string_value")
         if model not in (pipeline, core):

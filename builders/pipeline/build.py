@@ -247,10 +247,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the core to version",
     )
     args = parser.parse_args(argv)
-    if args.version is not None:
-        return build_version.command(
-            args.names, args.version, args.repository, args.force, args.core
-        )
     if args.list_built:
         described = [load(path) for path in discover(PIPELINES)]
         for path in module_build.built_files(described, args.repository):
@@ -262,6 +258,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
+    if args.version is not None:
+        return build_version.command(
+            args.names, args.version, args.repository, args.force, args.core
+        )
     paths = [PIPELINES / n / "pipeline.toml" for n in args.names] or discover(PIPELINES)
     failed = 0
     pipelines = []

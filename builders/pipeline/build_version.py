@@ -62,8 +62,7 @@ from builders.pipeline.graph_in_process import GraphInProcess
 from builders.pipeline.model_configs import INT8_VERSION
 from builders.torch_programs import described_export
 from tritonrepo.description import DescriptionError, GraphPipeline, Pipeline, import_ref, load
-from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
-from tritonrepo.server import stub_numpy
+from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES
 
 
 class VersionError(ValueError):
@@ -216,17 +215,12 @@ def build_version(
 def command(
     names: Sequence[str], version: int, repository: Path, force: bool, core_key: str | None = None
 ) -> int:
-    """``python -m builders.pipeline.build NAME --version N``: build one later version, one
-    line saying what was built; exit 1 with the reason otherwise."""
+    """``python -m builders.pipeline.build NAME --version N`` (its ``main`` checks the stub's
+    numpy and puts the checkout on ``sys.path`` first): build one later version, one line
+    saying what was built; exit 1 with the reason otherwise."""
     if len(names) != 1:
         print("error: --version builds one pipeline's core: name one pipeline", file=sys.stderr)
         return 1
-    refused = stub_numpy.refusal("nothing built")
-    if refused:
-        print(f"error: {refused}", file=sys.stderr)
-        return 1
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
     try:
         pipeline = load(PIPELINES / names[0] / "pipeline.toml")
         missing = not_generated([pipeline], repository)

@@ -17,7 +17,6 @@ after each are checked against scikit-learn's ``predict_proba`` of the version t
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import threading
 from collections import Counter
@@ -28,8 +27,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import require_artifacts, server_options
+from tests.server.pipeline_copies import build_version, copy_pipeline
 from tests.server.test_pipeline_versions import CORE, PIPELINE, held_out, served
-from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
+from tritonrepo.paths import REPO_ROOT
 from tritonrepo.server.http_guard import guard_available
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo_client import PipelineClient, RepositoryClient
@@ -83,17 +83,8 @@ def repository(tmp_path_factory) -> Path:
     """The pipeline's generated models copied, version 2 built by the tools, versions 3 and
     4 written here."""
     require_artifacts()
-    root = tmp_path_factory.mktemp("one_step_canary")
-    repo = root / "model_repository"
-    for folder in MODEL_REPOSITORY.glob(f"{PIPELINE}*"):
-        shutil.copytree(folder, repo / folder.name,
-                        ignore=shutil.ignore_patterns("__pycache__", "2", "3", "4"))  # fmt: skip
-    (root / "pipelines").symlink_to(PIPELINES)  # the one-step model's code root
-    build = subprocess.run(
-        [sys.executable, "-m", "builders.pipeline.build", PIPELINE, "--version", "2",
-         "--repository", str(repo)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    repo = copy_pipeline(f"{PIPELINE}*", tmp_path_factory.mktemp("one_step_canary"))
+    build = build_version(PIPELINE, RETRAINED, repo)
     assert build.returncode == 0, build.stderr
     for version in (CONSTANT, SHUFFLED):
         wrong_version(repo, version)

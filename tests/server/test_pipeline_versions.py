@@ -12,8 +12,6 @@ reference), and every live request sent during the rollout must succeed.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -21,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from tests.conftest import require_artifacts, server_options
-from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
+from tests.server.pipeline_copies import build_version, copy_pipeline
+from tritonrepo.paths import REPO_ROOT
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo_client import PipelineClient, RepositoryClient
 from tritonrepo_client.control.rollout import TensorCanary, rollout
@@ -50,24 +49,12 @@ def served(client: PipelineClient, rows: np.ndarray) -> np.ndarray:
 
 def test_version_2_built_from_the_description_rolls_out_under_load(tmp_path: Path) -> None:
     require_artifacts()
-    repo = tmp_path / "model_repository"
-    for folder in MODEL_REPOSITORY.glob(f"{PIPELINE}*"):  # the pipeline's generated models
-        shutil.copytree(folder, repo / folder.name,
-                        ignore=shutil.ignore_patterns("__pycache__", "2", "3", "4"))  # fmt: skip
-    (tmp_path / "pipelines").symlink_to(PIPELINES)  # the one-step model's code root
-    build = subprocess.run(
-        [sys.executable, "-m", "builders.pipeline.build", PIPELINE, "--version", "2",
-         "--repository", str(repo)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    repo = copy_pipeline(f"{PIPELINE}*", tmp_path)  # the pipeline's generated models
+    build = build_version(PIPELINE, 2, repo)
     assert build.returncode == 0, build.stderr
     assert f"{PIPELINE}: {CORE} version 2 built in " in build.stdout, build.stdout
     assert (repo / PIPELINE / "2" / "model.py").is_file()
-    again = subprocess.run(
-        [sys.executable, "-m", "builders.pipeline.build", PIPELINE, "--version", "1",
-         "--repository", str(repo)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    again = build_version(PIPELINE, 1, repo)
     assert again.returncode == 1 and "version 1 is served" in again.stderr, again.stderr
 
     rows, reference = held_out()

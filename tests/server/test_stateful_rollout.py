@@ -14,8 +14,6 @@ The canary is refused for a stateful pipeline, with the reason and this rollout 
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
 import threading
 from collections import Counter
@@ -25,7 +23,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import require_artifacts, server_options
-from tritonrepo.paths import MODEL_REPOSITORY, PIPELINES, REPO_ROOT
+from tests.server.pipeline_copies import build_version, copy_pipeline
+from tritonrepo.paths import REPO_ROOT
 from tritonrepo.server.launcher import TritonServer
 from tritonrepo_client import RepositoryClient, TritonConnection
 from tritonrepo_client.control.canary_forms import CanaryError, canary_form
@@ -65,17 +64,8 @@ def versions_matching(answer: dict, image: np.ndarray, rows: int, fitted: dict) 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[TritonServer]:
     require_artifacts()
-    root = tmp_path_factory.mktemp("stateful_rollout")
-    repo = root / "model_repository"
-    for folder in MODEL_REPOSITORY.glob(f"{PIPELINE}*"):
-        shutil.copytree(folder, repo / folder.name,
-                        ignore=shutil.ignore_patterns("__pycache__", "2", "3"))  # fmt: skip
-    (root / "pipelines").symlink_to(PIPELINES)  # the session model's code root
-    build = subprocess.run(
-        [sys.executable, "-m", "builders.pipeline.build", PIPELINE, "--version", "2",
-         "--repository", str(repo)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    repo = copy_pipeline(f"{PIPELINE}*", tmp_path_factory.mktemp("stateful_rollout"))
+    build = build_version(PIPELINE, 2, repo)
     assert build.returncode == 0, build.stderr
     options = server_options("stateful_rollout", models=(PIPELINE,), model_repository=repo)
     with TritonServer(options) as s:

@@ -46,3 +46,17 @@ def scale() -> onnx.ModelProto:
 def first_versioned(version: int = 1) -> onnx.ModelProto:
     """As :func:`first`, retrained as ``version`` (the toy's weights times ``version``)."""
     return toy.build_versioned(version)
+
+
+RETRAINED_STEP = 0.01  # each later version's weights are 1 % further from version 1's
+
+
+def first_retrained(version: int = 1) -> onnx.ModelProto:
+    """As :func:`first`, retrained as ``version``: the toy's weights times
+    ``1 + RETRAINED_STEP * (version - 1)`` (a retrained model that agrees on nearly every
+    decision, unlike :func:`first_versioned`)."""
+    model = toy.build()
+    weights = next(t for t in model.graph.initializer if t.name == "W")
+    scale = np.float32(1 + RETRAINED_STEP * (version - 1))
+    weights.CopyFrom(numpy_helper.from_array(toy.WEIGHTS * scale, "W"))
+    return model

@@ -115,7 +115,7 @@ endif
 # measured per file (tests/data/file_seconds.json; --no-loadscope-reorder keeps that order,
 # which pytest-xdist 3.8 would otherwise replace by the number of tests per file);
 # TEST_WORKERS=0 runs them all in one process.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: artifacts perf-deps k8s-deps monitoring-deps guard-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 

@@ -33,6 +33,7 @@ RUNTIMES = {
     "onnxruntime_python": "ONNX Runtime",
     "onnxruntime": "ONNX Runtime",
     "torch_python": "PyTorch program",
+    "torch_aoti": "PyTorch backend",
     "python": "Python",
 }
 

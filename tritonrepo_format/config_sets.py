@@ -15,7 +15,12 @@ from pathlib import Path
 
 DEFAULT_SET = "default"
 CPU_SET = "cpu"  # ONNX Runtime on CPU instances: what `make serve` loads
-TORCH_GPU_SET = "torch_gpu"  # torch.export programs on a GPU, without NVIDIA's container
+TORCH_GPU_SET = "torch_gpu"  # compiled PyTorch programs on a GPU, without NVIDIA's container
+# The same programs (AOTInductor packages) in NVIDIA's container, r26.05 and later: Triton's
+# PyTorch backend, platform "torch_aoti"; the steps and ensembles keep their config.pbtxt.
+TORCH_AOTI_SET = "torch_aoti"
+# Core runtimes that are Triton platforms (the config's ``platform``); the others are backends.
+PLATFORMS = ("tensorrt_plan", "torch_aoti")
 CONFIG_FOLDER = "configs"
 CONFIG_FILE = "config.pbtxt"
 
@@ -28,10 +33,11 @@ class ConfigSet:
         name: what ``--model-config-name`` and ``tritonrepo-client configs use`` take.
         device: ``"gpu"`` or ``"cpu"``, where its core models run.
         core_runtime: the platform or backend of its core models (``tensorrt_plan``,
-            ``onnxruntime_python``, ``torch_python``).
+            ``onnxruntime_python``, ``torch_python``, ``torch_aoti``).
         core_file: the file each core model version loads (``default_model_filename``).
         build: what makes that file: ``make artifacts`` (here), ``make build-plans`` (TensorRT,
-            on the serving GPU), ``make artifacts-gpu`` (``torch.export``, on the GPU host).
+            on the serving GPU), ``make artifacts-gpu`` (AOTInductor packages, on the GPU host,
+            with the PyTorch that serves them).
         cuda_pool_bytes: CUDA memory pool per GPU the launcher gives Triton for the set (the
             Python backend passes GPU tensors through it), or None for Triton's default.
     """
@@ -55,6 +61,7 @@ CONFIG_SETS: dict[str, ConfigSet] = {
         ConfigSet(DEFAULT_SET, "gpu", "tensorrt_plan", "model.plan", "make build-plans"),
         ConfigSet(CPU_SET, "cpu", "onnxruntime_python", "model.onnx", "make artifacts"),
         ConfigSet(TORCH_GPU_SET, "gpu", "torch_python", "model.pt2", "make artifacts-gpu", 1 << 30),
+        ConfigSet(TORCH_AOTI_SET, "gpu", "torch_aoti", "model.pt2", "make artifacts-gpu"),
     )
 }
 
@@ -115,6 +122,9 @@ def builds() -> dict[str, str]:
 __all__ = [
     "CONFIG_SETS",
     "DEFAULT_SET",
+    "PLATFORMS",
+    "TORCH_AOTI_SET",
+    "TORCH_GPU_SET",
     "ConfigSet",
     "builds",
     "config_path",

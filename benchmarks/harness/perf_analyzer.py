@@ -61,19 +61,35 @@ class Window:
     """How long perf_analyzer measures one concurrency level.
 
     perf_analyzer repeats ``interval_ms`` windows until the last three agree on average
-    latency within ``stability_percent`` (at most ``max_trials`` windows).
+    latency within ``stability_percent`` (at most ``max_trials`` windows). With
+    ``request_count``, a window lasts until that many requests were answered instead
+    (perf_analyzer's ``count_windows`` mode): a slow system still gets answers in every window,
+    where a short time window on a busy host can end with none.
     """
 
     interval_ms: int = 3000
     stability_percent: int = 25
     max_trials: int = 6
+    request_count: int = 0
 
     def describe(self) -> str:
         """For the report, e.g. "3000 ms windows, stable within 25 %, at most 6 windows"."""
-        return (
-            f"{self.interval_ms} ms windows until 3 agree within {self.stability_percent} % "
-            f"(at most {self.max_trials})"
+        length = (
+            f"windows of {self.request_count} answers"
+            if self.request_count
+            else f"{self.interval_ms} ms windows"
         )
+        return (
+            f"{length} until 3 agree within {self.stability_percent} % (at most {self.max_trials})"
+        )
+
+    def options(self, attempt: int) -> list[str]:
+        """perf_analyzer's window options for try ``attempt`` (0, then 1: windows twice as
+        long, for a level that did not settle)."""
+        if self.request_count:
+            count = str(self.request_count * (attempt + 1))
+            return ["--measurement-mode", "count_windows", "--measurement-request-count", count]
+        return ["--measurement-interval", str(self.interval_ms * (attempt + 1))]
 
 
 @dataclass(frozen=True)
@@ -293,10 +309,9 @@ def run_level(
     peak = 0
     # A level that never settles within the window (seen with sequences on a busy 2-core
     # machine) gets one more try with windows twice as long, then fails.
-    for attempt, interval in enumerate((window.interval_ms, 2 * window.interval_ms)):
+    for attempt in (0, 1):
         report.unlink(missing_ok=True)
-        cmd = [*base, "--measurement-interval", str(interval), "--max-trials",
-               str(window.max_trials)]  # fmt: skip
+        cmd = [*base, *window.options(attempt), "--max-trials", str(window.max_trials)]
         code, output, cpu, wall, threads = _run(cmd, cpus, timeout_s=900)
         cpu_s, wall_s, peak = cpu_s + cpu, wall_s + wall, max(peak, threads)
         if code == 0 and report.is_file():

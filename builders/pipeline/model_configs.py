@@ -7,7 +7,7 @@ tensors as configs declare them (:class:`CoreTensor`, :func:`tensor_configs`).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from builders.pipeline.config_writer import (
     ControlInput,
@@ -23,7 +23,13 @@ from tritonrepo.description import Core, Header, Step, Tensor
 from tritonrepo.description.schema import SequenceSpec
 from tritonrepo.server.queue_policy import PLAIN, priority_policy
 from tritonrepo_client.control.model_calls import CALLS_PARAMETER
-from tritonrepo_format.config_sets import CONFIG_SETS, DEFAULT_SET, TORCH_GPU_SET
+from tritonrepo_format.config_sets import (
+    CONFIG_SETS,
+    DEFAULT_SET,
+    PLATFORMS,
+    TORCH_AOTI_SET,
+    TORCH_GPU_SET,
+)
 
 CODE_ROOT = "../.."  # from a model's folder to the checkout root: pipelines.<name> imports
 CONTROL_KINDS = {"start": "START", "end": "END", "ready": "READY", "corrid": "CORRID"}
@@ -114,12 +120,27 @@ NO_TORCH_PROGRAM = (
 )
 
 
+TORCH_AOTI = (
+    "NVIDIA's container (r26.05 and later): Triton's PyTorch backend runs 1/model.pt2, the\n"
+    "AOTInductor package of the program the torch_gpu set runs (python -m\n"
+    "builders.torch_programs.export --format aotinductor, with the PyTorch of the serving\n"
+    "image: a package is tied to its PyTorch version). The backend feeds the inputs by name\n"
+    "(the program's forward arguments) and returns the outputs in this config's order\n"
+    "(tritonrepo_format/torch_aoti.py checks both).\n"
+    "Instances and batching as in configs/torch_gpu.pbtxt."
+)
+
+
 def core_sets(core: Core) -> list[str]:
-    """The config sets a core model gets: its own, and ``torch_gpu`` for a core built from an
-    ONNX graph without one (ONNX Runtime stands in: :data:`NO_TORCH_PROGRAM`)."""
+    """The config sets a core model gets: its own; ``torch_gpu`` for a core built from an
+    ONNX graph without one (ONNX Runtime stands in: :data:`NO_TORCH_PROGRAM`); ``torch_aoti``
+    for a core with a program (a ``torch_gpu`` set of its own): the same package in NVIDIA's
+    container (:data:`TORCH_AOTI`)."""
     sets = [*core.deployments]
     if core.builder is None and TORCH_GPU_SET not in sets:
         sets.append(TORCH_GPU_SET)
+    if TORCH_GPU_SET in core.deployments and TORCH_AOTI_SET not in sets:
+        sets.append(TORCH_AOTI_SET)
     return sets
 
 
@@ -134,8 +155,10 @@ def core_config(
     implicit_state: SequenceBatching | None = None,
 ) -> str:
     """The core model's config for ``config_set``: ``default`` a TensorRT plan (profile 0 from
-    ``max_batch_size``), ``cpu`` ONNX Runtime, ``torch_gpu`` a ``torch.export`` program when the
-    description has that set (the table of config sets says each set's runtime and file). ONNX
+    ``max_batch_size``), ``cpu`` ONNX Runtime, ``torch_gpu`` a compiled PyTorch program when the
+    description has that set, ``torch_aoti`` the same program in NVIDIA's container (the
+    ``torch_gpu`` set's instances and batching; the table of config sets says each set's
+    runtime and file). ONNX
     Runtime on CPU instances stands in where nothing else can run: ``default`` when ``tensorrt``
     is False (the comment says why: ``no_tensorrt``), ``torch_gpu`` without a
     ``[model.torch_gpu]`` table (no program is built: :data:`NO_TORCH_PROGRAM`). The queue has
@@ -151,10 +174,14 @@ def core_config(
     runtime_set = "cpu" if note else config_set  # the set whose runtime runs the model
     runtime = CONFIG_SETS[runtime_set]
     own = core.deployments.get(config_set)
+    aoti = config_set == TORCH_AOTI_SET
+    if aoti and own is None:  # the torch_gpu set's instances and batching, none of its
+        own = replace(core.deployments[TORCH_GPU_SET], parameters={}, doc=TORCH_AOTI,
+                      ragged_inputs=())  # fmt: skip  # Python runner's parameters or ragged joins
     deployment = core.deployments["cpu"] if own is None else own
     levels = deployment.priority_levels
     policy = priority_policy(config_set if config_set != DEFAULT_SET else None) if levels else PLAIN
-    plan = runtime.core_runtime == "tensorrt_plan"  # a platform; the others are backends
+    plan = runtime.core_runtime in PLATFORMS  # a platform; the others are backends
     profiles = ("0",) if runtime_set == DEFAULT_SET else ()
     batching = DynamicBatching(
         deployment.max_queue_delay_us, deployment.preferred_batch_sizes, policy

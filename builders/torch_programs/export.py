@@ -6,7 +6,11 @@ through the Python-based backend ``backends/torch_python``. Run it on the host t
 traced with (``tritonrepo.runners.torch_runner.check_program_metadata`` refuses another version).
 
 Writes, per model, ``<model>/1/model.pt2`` and ``<model>/1/torch_metadata.json`` (through
-``builders.metadata``, with its common fields ``built_by``, ``versions`` and ``sha256``):
+``builders.metadata``, with its common fields ``built_by``, ``versions`` and ``sha256``).
+``model.pt2`` is the exported program (``torch.export.save``); with ``--format aotinductor`` it is
+that program compiled by AOTInductor (``builders/torch_programs/compiled.py``), the package
+NVIDIA's container serves with ``platform: "torch_aoti"`` and the development runner serves
+too. The programs:
 
 * ``text_embedding_encoder``: the BERT encoder of all-MiniLM-L6-v2 from the source weights
   followed by attention-masked mean pooling, inputs ``input_ids``/``attention_mask`` INT64
@@ -36,7 +40,7 @@ FP32 for a model whose FP16 program fails its gate ("FP16 where accuracy holds")
 says which, and why.
 
 Usage: ``python -m builders.torch_programs.export [--model NAME ...] [--precision auto|fp16|fp32]
-[--device cuda:0] [--repository DIR]``
+[--device cuda:0] [--repository DIR] [--format aotinductor|torch.export]``
 """
 
 from __future__ import annotations
@@ -53,12 +57,13 @@ import numpy as np
 from builders.file_digest import sha256
 from builders.gates.accuracy_gate import TOLERANCES, Tolerance
 from builders.metadata import write_metadata
+from builders.torch_programs import compiled as compiled_program
 from builders.torch_programs import described_export
 from builders.torch_programs import image_export as image_torch_export
 from tritonrepo.ctr import spec as ctr_spec
 from tritonrepo.image import spec as image_spec
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
-from tritonrepo.runners.torch_runner import METADATA_FILE
+from tritonrepo.runners.torch_runner import AOTI_FORMAT, EXPORT_FORMAT, METADATA_FILE
 from tritonrepo.text import spec as text_spec
 from tritonrepo_format.config_sets import TORCH_GPU_SET, config_path
 from tritonrepo_format.configs import core_runtime_models, load_config
@@ -233,38 +238,55 @@ def ctr_gate(program, reference, device: str, gate: Tolerance) -> dict[str, floa
     }
 
 
-def build(model: str, repository: Path, device: str, precision: str) -> dict:
-    """Export ``model``, gate it, and write ``model.pt2`` + ``torch_metadata.json`` in
-    ``<repository>/<model>/1/``.
+def build(
+    model: str, repository: Path, device: str, precision: str, program_format: str = ""
+) -> dict:
+    """Export ``model``, compile it (``program_format``), gate what will serve, and write
+    ``model.pt2`` + ``torch_metadata.json`` in ``<repository>/<model>/1/``.
+
+    ``program_format``: :data:`EXPORT_FORMAT` (the exported program; the default) or
+    :data:`AOTI_FORMAT` (that program compiled into an AOTInductor package: what the
+    ``torch_aoti`` set serves in NVIDIA's container).
 
     Returns:
         The metadata written.
 
     Raises:
-        RuntimeError: the accuracy gate failed (nothing is written).
+        RuntimeError: the accuracy gate failed, or the program could not be compiled (nothing
+            is written).
         FileNotFoundError: the source weights are missing (``make setup``, ``make artifacts``).
     """
     import torch
 
+    program_format = program_format or EXPORT_FORMAT
     batch = max_batch(repository, model)
     gate = GATES[precision]
     if model == text_spec.ENCODER_MODEL:
         source = Path(text_spec.source_model_dir())
         program, reference = export_text_encoder(device, precision, batch, source)
-        accuracy = text_gate(program, reference, device, gate)
+
+        def check(built):
+            return text_gate(built, reference, device, gate)
+
         inputs = {name: ["batch", "seq"] for name in text_spec.ENCODER_INPUTS}
         source_file = source / "model.safetensors"
         shapes = {"batch": [1, batch], "seq": [1, text_spec.MAX_SEQ_LENGTH]}
     elif model == ctr_spec.CORE_MODEL:
         program, reference = export_ctr_model(device, precision, batch)
-        accuracy = ctr_gate(program, reference, device, gate)
+
+        def check(built):
+            return ctr_gate(built, reference, device, gate)
+
         inputs = {ctr_spec.CORE_INPUT: ["batch", ctr_spec.SEQ_LENGTH]}
         source_file = CTR_WEIGHTS
         shapes = {"batch": [1, batch]}
     elif model in image_torch_export.MODELS:
         gate = image_torch_export.GATES[precision]
         program, reference = image_torch_export.export_image_model(model, device, precision, batch)
-        accuracy = image_torch_export.image_gate(program, reference, device, gate)
+
+        def check(built):
+            return image_torch_export.image_gate(built, reference, device, gate)
+
         inputs = {image_spec.CORE_INPUT: ["batch", 3, 224, 224]}
         source_file = image_torch_export.source_file(model)
         shapes = {"batch": [1, batch]}
@@ -273,31 +295,52 @@ def build(model: str, repository: Path, device: str, precision: str) -> dict:
         program, reference, feeds, inputs = described_export.export_described(
             pipeline, repository, device, precision, batch
         )
-        accuracy = described_export.described_gate(
-            program, reference, feeds, device, gate.min_cosine
-        )
+
+        def check(built):
+            return described_export.described_gate(built, reference, feeds, device, gate.min_cosine)
+
         source_file = described_export.module_path(repository, pipeline)
         shapes = {"batch": [1, batch]}
     else:
         raise ValueError(f"no torch export for {model}; known: {MODELS}")
+    config = load_config(config_path(repository, model, CONFIG_SET))
+    compiled_program.check_container_config(
+        repository, model, list(inputs), [o.name for o in config.output],
+        len(program.graph_signature.user_outputs),
+    )  # fmt: skip
     out_dir = repository / model / "1"
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / "model.pt2"
-    partial = out_dir / "model.partial.pt2"  # torch.export.save wants a .pt2 name
-    torch.export.save(program, str(partial))
-    metadata = {
-        "model": model,
-        "format": "torch.export",
-        "precision": precision,
-        "max_batch": batch,
-        "shapes": shapes,
-        "inputs": inputs,
-        "accuracy": accuracy,
-        "gate": asdict(gate),
-        "source_sha256": sha256(source_file),
-        "program_sha256": sha256(partial),
-        "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-    } | device_facts(device)
+    partial = out_dir / "model.partial.pt2"  # both writers want a .pt2 name
+    compiled = {}
+    try:
+        if program_format == AOTI_FORMAT:
+            seconds = compiled_program.compile_package(program, partial)
+            accuracy = check(compiled_program.CompiledProgram(partial, device))
+            compiled = {"compile_s": round(seconds, 1)}
+        else:
+            accuracy = check(program)
+            torch.export.save(program, str(partial))
+    except BaseException:
+        partial.unlink(missing_ok=True)  # a failed compile or gate writes nothing
+        raise
+    metadata = (
+        {
+            "model": model,
+            "format": program_format,
+            "precision": precision,
+            "max_batch": batch,
+            "shapes": shapes,
+            "inputs": inputs,
+            "accuracy": accuracy,
+            "gate": asdict(gate),
+            "source_sha256": sha256(source_file),
+            "program_sha256": sha256(partial),
+            "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        | compiled
+        | device_facts(device)
+    )
     os.replace(partial, target)
     return _write(out_dir, metadata)
 
@@ -313,18 +356,18 @@ def _write(out_dir: Path, metadata: dict) -> dict:
     )
 
 
-def build_auto(model: str, repository: Path, device: str) -> dict:
+def build_auto(model: str, repository: Path, device: str, program_format: str = "") -> dict:
     """:func:`build` in FP16, or in FP32 when the FP16 program fails its accuracy gate.
 
     Raises:
         RuntimeError: the FP32 program fails its gate too.
     """
     try:
-        return build(model, repository, device, "fp16")
+        return build(model, repository, device, "fp16", program_format)
     except RuntimeError as exc:
         rejected = str(exc)
     print(f"{model}: FP16 failed its {rejected}; building FP32", flush=True)
-    metadata = build(model, repository, device, "fp32")
+    metadata = build(model, repository, device, "fp32", program_format)
     return _write(repository / model / "1", metadata | {"fp16_rejected": rejected})
 
 
@@ -334,6 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", choices=["auto", *PRECISIONS], default="auto")
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--repository", type=Path, default=MODEL_REPOSITORY)
+    parser.add_argument(
+        "--format",
+        choices=[AOTI_FORMAT, EXPORT_FORMAT],
+        help="the program's format (default: torch.export; aotinductor for the torch_aoti set)",
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -347,15 +395,18 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.model or MODELS:
         try:
             if args.precision == "auto":
-                metadata = build_auto(model, args.repository, args.device)
+                metadata = build_auto(model, args.repository, args.device, args.format or "")
             else:
-                metadata = build(model, args.repository, args.device, args.precision)
-        except (RuntimeError, FileNotFoundError) as exc:
+                metadata = build(
+                    model, args.repository, args.device, args.precision, args.format or ""
+                )
+        except (RuntimeError, FileNotFoundError, ValueError) as exc:
             print(f"error: {model}: {exc}", file=sys.stderr)
             return 1
+        compile_s = f", compiled in {metadata['compile_s']} s" if "compile_s" in metadata else ""
         print(
-            f"{model}: {metadata['precision']} on {metadata['device_name']}, "
-            f"accuracy {metadata['accuracy']}",
+            f"{model}: {metadata['format']} {metadata['precision']} on "
+            f"{metadata['device_name']}{compile_s}, accuracy {metadata['accuracy']}",
             flush=True,
         )
     return 0

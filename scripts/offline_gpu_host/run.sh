@@ -15,8 +15,18 @@ cp -a "$host/files/." . 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 artifacts() {
   : > "$out/artifacts-gpu.log"
+  # One model at a time, each with its own deadline: an AOTInductor compile takes minutes.
+  # $EXPORT_MODELS (names) builds those alone, e.g. to spread the builds over several calls.
   for builder in $(python -m builders.gpu_sources builders); do
-    timeout 300 python -m "$builder" 2>&1 | grep -v DEBUG | tee -a "$out/artifacts-gpu.log"
+    if [[ $builder == builders.torch_programs.export ]]; then
+      models=${EXPORT_MODELS:-$(python -c 'from builders.torch_programs.export import MODELS; print(*MODELS)')}
+      for model in $models; do
+        timeout 500 python -m "$builder" --model "$model" 2>&1 | grep -v DEBUG \
+          | tee -a "$out/artifacts-gpu.log"
+      done
+    else
+      timeout 300 python -m "$builder" 2>&1 | grep -v DEBUG | tee -a "$out/artifacts-gpu.log"
+    fi
   done
   for metadata in model_repository/*/1/torch_metadata.json; do
     [[ -f $metadata ]] || continue

@@ -39,8 +39,9 @@ def test_shipped_text_embedding_is_generated():
         assert (REPO_ROOT / change.path).read_text() == change.text, change.path
     assert {Path(c.path).parts[1] for c in changes} == MODELS
     configs = {c.path for c in changes if c.path.endswith(".pbtxt")}
-    # 4 config.pbtxt, encoder cpu + torch_gpu, 2 steps' torch_gpu, the one-step GPU model
-    assert len(configs) == 9
+    # 4 config.pbtxt, encoder cpu + torch_gpu + torch_aoti, 2 steps' torch_gpu, the one-step
+    # GPU model
+    assert len(configs) == 10
 
 
 def probe() -> tuple[dict, object]:

@@ -1,9 +1,18 @@
-"""Run a ``torch.export`` program (``model.pt2``) on one device for a Triton dynamic batch.
+"""Run a PyTorch program (``model.pt2``) on one device for a Triton dynamic batch.
 
 Used by the Python-based backend ``backends/torch_python`` (the ``torch_gpu`` config set: a GPU
 host without NVIDIA's container, so without TensorRT). The program is built on the host that
-serves it by ``builders/torch_programs/export.py``: an exported program records the device and the
-PyTorch version it was traced with, as a TensorRT plan records its GPU and TensorRT version.
+serves it by ``builders/torch_programs/export.py``, in one of two formats (:func:`program_format`):
+
+* ``aotinductor``: an AOTInductor package (``torch._inductor.aoti_compile_and_package`` of the
+  exported program: its kernels compiled and fused ahead of time), what the GPU host builds. The
+  same file is what Triton's PyTorch backend serves with ``platform: "torch_aoti"`` in NVIDIA's
+  container (r26.05 and later).
+* ``torch.export``: the exported program itself (``torch.export.save``), run by PyTorch's eager
+  kernels; what the CPU tests build.
+
+Either records the device and the PyTorch version it was built with, as a TensorRT plan records
+its GPU and TensorRT version.
 
 Data moves per batch, not per request. Inputs arrive as ``torch`` tensors (through DLPack);
 host inputs are joined on the host and copied to the device once per batch. The outputs of the
@@ -23,7 +32,8 @@ instead of running the program eagerly.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import zipfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +48,38 @@ Feed = dict[str, torch.Tensor]
 METADATA_FILE = (
     "torch_metadata.json"  # written by builders/torch_programs/export.py next to model.pt2
 )
+AOTI_FORMAT, EXPORT_FORMAT = "aotinductor", "torch.export"
+# An AOTInductor package holds its compiled model under <archive>/data/aotinductor/ (the layout
+# of torch._inductor.package); an exported program's archive has no such folder.
+AOTI_MEMBER = "/data/aotinductor/"
+
+
+def program_format(model_file: str | Path) -> str:
+    """:data:`AOTI_FORMAT` for an AOTInductor package, else :data:`EXPORT_FORMAT`.
+
+    Raises:
+        FileNotFoundError: no such file.
+        zipfile.BadZipFile: not a ``.pt2`` archive.
+    """
+    with zipfile.ZipFile(model_file) as archive:
+        names = archive.namelist()
+    return AOTI_FORMAT if any(AOTI_MEMBER in name for name in names) else EXPORT_FORMAT
+
+
+def load_compiled(
+    model_file: str | Path, device: torch.device, single_threaded: bool = True
+) -> Callable[..., list[torch.Tensor]]:
+    """An AOTInductor package loaded for ``device``: called with the inputs in the program's
+    order, it returns the list of its outputs.
+
+    ``single_threaded``: one caller at a time (each Triton instance runs one batch at a time),
+    without the package's thread synchronisation, which CUDA graph capture cannot have
+    (PyTorch's ``aoti_load_package(run_single_threaded=...)``).
+    """
+    index = device.index if device.type == "cuda" and device.index is not None else -1
+    return torch._inductor.aoti_load_package(
+        str(model_file), run_single_threaded=single_threaded, device_index=index
+    )
 
 
 def check_program_metadata(model_file: Path) -> dict[str, Any]:
@@ -68,9 +110,12 @@ class TorchRunner:
     """An exported program on one device that serves batches of requests.
 
     Args:
-        model_file: the ``.pt2`` file (``torch.export.save``).
-        device: ``"cuda:N"`` or ``"cpu"``; the program is moved there if it was exported for
-            another device (``torch.export.passes.move_to_device_pass``).
+        model_file: the ``.pt2`` file, an AOTInductor package or an exported program
+            (:func:`program_format`); a package's input order is the ``inputs`` of the build
+            metadata next to it (:data:`METADATA_FILE`).
+        device: ``"cuda:N"`` or ``"cpu"``; an exported program is moved there if it was
+            exported for another device (``torch.export.passes.move_to_device_pass``); a
+            package runs on the device type it was compiled for.
         output_names: the program's outputs, in order (its forward returns a tuple or one
             tensor).
         output_dtypes: per output, the dtype to return (the config's ``data_type``).
@@ -93,16 +138,23 @@ class TorchRunner:
         sequence_axis_outputs: Sequence[str] = (),
         output_device: str | None = None,
     ) -> None:
-        program = torch.export.load(str(model_file))
         self.device = torch.device(device)
-        if _program_device(program) != self.device:
-            program = torch.export.passes.move_to_device_pass(program, self.device)
-        self.module = program.module()
-        self.input_names = [
-            spec.arg.name
-            for spec in program.graph_signature.input_specs
-            if spec.kind.name == "USER_INPUT"
-        ]
+        self.format = program_format(model_file)
+        if self.format == AOTI_FORMAT:
+            compiled = load_compiled(model_file, self.device)
+            self.module = lambda *args: tuple(compiled(*args))
+            metadata = json.loads((Path(model_file).parent / METADATA_FILE).read_text())
+            self.input_names = list(metadata["inputs"])
+        else:
+            program = torch.export.load(str(model_file))
+            if _program_device(program) != self.device:
+                program = torch.export.passes.move_to_device_pass(program, self.device)
+            self.module = program.module()
+            self.input_names = [
+                spec.arg.name
+                for spec in program.graph_signature.input_specs
+                if spec.kind.name == "USER_INPUT"
+            ]
         self.output_names = list(output_names)
         self.output_dtypes = output_dtypes
         self.max_batch = max_batch

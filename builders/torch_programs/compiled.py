@@ -1,6 +1,8 @@
-"""AOTInductor packages of the exported programs: the one program the ``torch_gpu`` set serves
-on a development GPU (``tritonrepo.runners.torch_runner``) and NVIDIA's container serves with
-Triton's PyTorch backend (``platform: "torch_aoti"``, r26.05 and later).
+"""AOTInductor packages of the exported programs (``builders.torch_programs.export --format
+aotinductor``): what NVIDIA's container serves with Triton's PyTorch backend (``platform:
+"torch_aoti"``, r26.05 and later), and what the ``torch_gpu`` set's runner
+(``tritonrepo.runners.torch_runner``) serves too, where PyTorch's package loader works
+(docs/known_issues.md).
 
 ``torch._inductor.aoti_compile_and_package`` compiles the exported program's graph with
 Inductor (fused Triton kernels on a GPU, C++ on a CPU) into a ``.pt2`` package that keeps the

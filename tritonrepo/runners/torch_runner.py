@@ -4,12 +4,12 @@ Used by the Python-based backend ``backends/torch_python`` (the ``torch_gpu`` co
 host without NVIDIA's container, so without TensorRT). The program is built on the host that
 serves it by ``builders/torch_programs/export.py``, in one of two formats (:func:`program_format`):
 
-* ``aotinductor``: an AOTInductor package (``torch._inductor.aoti_compile_and_package`` of the
-  exported program: its kernels compiled and fused ahead of time), what the GPU host builds. The
-  same file is what Triton's PyTorch backend serves with ``platform: "torch_aoti"`` in NVIDIA's
-  container (r26.05 and later).
 * ``torch.export``: the exported program itself (``torch.export.save``), run by PyTorch's eager
-  kernels; what the CPU tests build.
+  kernels; what the builder writes by default.
+* ``aotinductor``: an AOTInductor package (``torch._inductor.aoti_compile_and_package`` of the
+  exported program: its kernels compiled and fused ahead of time; the builder's ``--format
+  aotinductor``). The same file is what Triton's PyTorch backend serves with ``platform:
+  "torch_aoti"`` in NVIDIA's container (r26.05 and later).
 
 Either records the device and the PyTorch version it was built with, as a TensorRT plan records
 its GPU and TensorRT version.

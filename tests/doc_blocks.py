@@ -10,7 +10,8 @@
 - a ``text`` (or ``output``) block right after a ``bash`` or ``python`` block is its shown
   output;
 - an HTML comment right above a block, ``<!-- doc-test: ITEM; ITEM -->``, says how to run it:
-  ``skip (reason)``, ``output-approx``, ``files NAME ...``, ``timeout SECONDS``.
+  ``skip (reason)``, ``output-approx``, ``files NAME ...``, ``timeout SECONDS``,
+  ``own-server MODEL``.
 
 Shown output is compared line by line (trailing spaces ignored): ``...`` matches any text
 within a line, a line that is only ``...`` matches any number of lines, and numbers match
@@ -70,6 +71,10 @@ class Block:
         approx: ``output-approx``: numbers with a fraction part may differ.
         files: input files the block expects in its working directory (``files`` marker).
         timeout_s: seconds the block may run (``timeout`` marker; default 300).
+        own_server: ``own-server MODEL``: the block runs after every shared-server block, on a
+            server of its own serving MODEL from copies of its pipeline's model folders
+            (``MODEL*``), shared with the blocks after it on the same page that name the same
+            model; None: the shared server.
         problem: what breaks the conventions (the block then fails with it), or None.
     """
 
@@ -82,6 +87,7 @@ class Block:
     approx: bool = False
     files: list[str] = field(default_factory=list)
     timeout_s: float = DEFAULT_TIMEOUT_S
+    own_server: str | None = None
     problem: str | None = None
 
     @property
@@ -110,7 +116,8 @@ def split_items(body: str) -> list[str]:
 
 def parse_marker(body: str, where: str) -> dict:
     """The items of one ``<!-- doc-test: ... -->`` comment (``body`` is the text after
-    ``doc-test:``) → ``{"skip": reason, "approx": bool, "files": [...], "timeout_s": s}``.
+    ``doc-test:``) → ``{"skip": reason, "approx": bool, "files": [...], "timeout_s": s,
+    "own_server": MODEL}``.
 
     Raises:
         DocBlockError: an unknown item, ``skip`` without a reason, a bad timeout.
@@ -137,6 +144,8 @@ def parse_marker(body: str, where: str) -> dict:
             found["approx"] = True
         elif word == "files" and rest:
             found["files"] = rest.split()
+        elif word == "own-server" and len(rest.split()) == 1:
+            found["own_server"] = rest
         elif word == "timeout":
             try:
                 found["timeout_s"] = float(rest)
@@ -145,7 +154,7 @@ def parse_marker(body: str, where: str) -> dict:
         else:
             raise DocBlockError(
                 f"{where}: unknown doc-test item {item!r} (known: skip (reason), output-approx, "
-                "files NAME ..., timeout SECONDS, server)"
+                "files NAME ..., timeout SECONDS, server, own-server MODEL)"
             )
     return found
 
@@ -219,6 +228,7 @@ def parse_markdown(text: str, path: Path) -> list[Block]:
                 block.approx = items.get("approx", False)
                 block.files = items.get("files", [])
                 block.timeout_s = items.get("timeout_s", DEFAULT_TIMEOUT_S)
+                block.own_server = items.get("own_server")
         if block.kind == "console" and not block.problem:
             try:
                 block.commands()

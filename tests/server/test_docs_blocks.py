@@ -13,6 +13,12 @@ included, do not land in the tree, with ``PATH`` as a user has it (no ``.venv/bi
 ``PYTHONPATH`` the copy (the console scripts import its code, not the tree's) and the server's
 repository key in ``$TRITONREPO_REPOSITORY_KEY``.
 
+A block marked ``own-server MODEL`` changes what the shared server serves (it builds a version
+into the repository and rolls it out): it runs after every other block, in a copy of its own
+whose ``model_repository`` holds copies of the folders ``MODEL*`` (the pipeline's models), on a
+server of its own serving MODEL on the same default ports (the shared server stopped first).
+The blocks after it on the same page that name the same model run on that server too.
+
 On a machine where something else holds those ports, run it in a network namespace of its own
 (root): ``unshare -n sh -c 'ip link set lo up && .venv/bin/python -m pytest
 tests/server/test_docs_blocks.py'``.
@@ -44,8 +50,10 @@ LINKED_ENTRIES = ("model_repository",)  # a folder of links: new entries stay in
 
 
 def collect_blocks() -> list[Block]:
-    """The runnable blocks of every doc file, README first, then docs/ in path order."""
-    return [b for path in DOC_FILES for b in parse_file(path, REPO_ROOT)]
+    """The runnable blocks of every doc file, README first, then docs/ in path order; the
+    ``own-server`` blocks after all the others, in the same order."""
+    blocks = [b for path in DOC_FILES for b in parse_file(path, REPO_ROOT)]
+    return [b for b in blocks if not b.own_server] + [b for b in blocks if b.own_server]
 
 
 BLOCKS = collect_blocks()
@@ -101,11 +109,12 @@ INPUT_FILES = {
 # --- fixtures -------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def docs_workdir(tmp_path_factory) -> Path:
-    """A copy of the checkout for the blocks to run in (mtimes kept, so make sees what is up
-    to date as in the tree); the built and large folders are links to the tree's."""
-    work = tmp_path_factory.mktemp("docs-checkout")
+def copy_checkout(work: Path, copied: str | None = None) -> Path:
+    """``work``: a copy of the checkout for blocks to run in (mtimes kept, so make sees what is
+    up to date as in the tree); the built and large folders are links to the tree's, and so
+    are the model folders, but those matching the glob ``copied``, which are copied (first
+    versions only, as the build leaves them)."""
+    work.mkdir(parents=True, exist_ok=True)
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=REPO_ROOT, capture_output=True, check=True,
@@ -123,7 +132,11 @@ def docs_workdir(tmp_path_factory) -> Path:
     for name in LINKED_ENTRIES:  # a page may generate a model folder (add_your_own_model.md)
         (work / name).mkdir()
         for entry in sorted((REPO_ROOT / name).iterdir()):
-            (work / name / entry.name).symlink_to(entry)
+            if copied and entry.match(copied):
+                shutil.copytree(entry, work / name / entry.name, symlinks=True,
+                                ignore=shutil.ignore_patterns("__pycache__", "[2-9]"))  # fmt: skip
+            else:
+                (work / name / entry.name).symlink_to(entry)
     # The blocks run with the venv as it is. A block's `make` must not reinstall it from the
     # copy: pip's editable install would then point at a folder pytest deletes later.
     # (Nanoseconds, and a second older than the stamp: a float mtime set back can round up past
@@ -137,6 +150,15 @@ def docs_workdir(tmp_path_factory) -> Path:
                 warnings.warn(f"{name} is newer than .venv: run `make setup`", stacklevel=1)
                 os.utime(work / name, ns=(older_ns, older_ns))
     return work
+
+
+@pytest.fixture(scope="session")
+def docs_workdir(tmp_path_factory) -> Path:
+    """The shared server's copy of the checkout (:func:`copy_checkout`, model folders linked)."""
+    return copy_checkout(tmp_path_factory.mktemp("docs-checkout"))
+
+
+SHARED: list[TritonServer] = []  # the shared server once started: own-server blocks stop it
 
 
 @pytest.fixture(scope="session")
@@ -157,6 +179,16 @@ def docs_server(docs_workdir: Path) -> Iterator[TritonServer]:
         startup_timeout_s=600.0,
     )
     server = TritonServer(options)
+    start_on_default_ports(server)
+    SHARED.append(server)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def start_on_default_ports(server: TritonServer) -> None:
+    """Start ``server``; fail the test with the way out when the default ports are taken."""
     try:
         server.start()
     except LaunchError as exc:
@@ -165,10 +197,56 @@ def docs_server(docs_workdir: Path) -> Iterator[TritonServer]:
             "(elsewhere on a shared machine: unshare -n sh -c 'ip link set lo up && "
             ".venv/bin/python -m pytest tests/server/test_docs_blocks.py')"
         )
+
+
+class OwnServers:
+    """The server and copy of the ``own-server`` blocks running now (one at a time, on the
+    default ports), keyed by page and model; :meth:`get` replaces them when the key changes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.key: tuple[Path, str] | None = None
+        self.server: TritonServer | None = None
+        self.cwd: Path | None = None
+
+    def get(self, block: Block) -> tuple[TritonServer, Path]:
+        """The server and copy for ``block`` (started with the first block of its key; the
+        shared server and the previous key's are stopped first: they hold the same ports)."""
+        key = (block.path, block.own_server or "")
+        if key != self.key or self.server is None or self.cwd is None:
+            self.close()
+            for shared in SHARED:
+                shared.stop()
+            model = block.own_server or ""
+            work = self.root / f"{len(list(self.root.iterdir()))}-{model}"
+            copy_checkout(work, copied=f"{model}*")
+            options = ServerOptions(
+                model_repository=work / "model_repository",
+                models=(model,),
+                log_file=BUILD_DIR / "test-logs" / f"docs-blocks-{model}.log",
+                repository_key=secrets.token_urlsafe(16),
+                http_guard=True,
+                exit_timeout_s=5,
+            )
+            self.key, self.server, self.cwd = key, TritonServer(options), work
+            start_on_default_ports(self.server)
+        return self.server, self.cwd
+
+    def close(self) -> None:
+        """Stop the running server, if any."""
+        if self.server is not None:
+            self.server.stop()
+        self.key = self.server = self.cwd = None
+
+
+@pytest.fixture(scope="session")
+def own_servers(tmp_path_factory) -> Iterator[OwnServers]:
+    """The own-server blocks' servers, stopped at the end of the session."""
+    servers = OwnServers(tmp_path_factory.mktemp("docs-own"))
     try:
-        yield server
+        yield servers
     finally:
-        server.stop()
+        servers.close()
 
 
 def block_environment(server: TritonServer, cwd: Path) -> dict[str, str]:
@@ -217,13 +295,26 @@ MAKE_TARGETS_RUN = {"help", "fallback-cpu", "fallback-gpu", "k8s-validate", "lin
 MAKE_WORD = re.compile(r"(?:^|[;&|(`]|\$\()\s*make\b([^;&|)#\n]*)", re.MULTILINE)
 
 
-def unsafe_make(source: str) -> list[str]:
-    """The ``make`` targets in a shell block that are not in :data:`MAKE_TARGETS_RUN`
-    (``make`` alone runs ``help``, the Makefile's first target)."""
+def shell_text(block: Block) -> str:
+    """What a block gives the shell: a bash block's text, a console block's commands (without
+    their ``$ `` and output), nothing for a python block."""
+    if block.kind == "console":
+        return "\n".join(c.text for c in block.commands())
+    return block.source if block.kind == "bash" else ""
+
+
+MAKE_TARGETS_OWN = {"version"}  # also in an own-server block: it builds into the block's copy
+
+
+def unsafe_make(source: str, own_server: bool = False) -> list[str]:
+    """The ``make`` targets in a shell block that are not in :data:`MAKE_TARGETS_RUN` (nor in
+    :data:`MAKE_TARGETS_OWN` for an ``own-server`` block; ``make`` alone runs ``help``, the
+    Makefile's first target)."""
+    allowed = MAKE_TARGETS_RUN | (MAKE_TARGETS_OWN if own_server else set())
     found = []
     for args in MAKE_WORD.findall(source.replace("\\\n", " ")):
         words = [w for w in args.split() if not w.startswith("-") and "=" not in w]
-        found += [w for w in words if w not in MAKE_TARGETS_RUN]
+        found += [w for w in words if w not in allowed]
     return found
 
 
@@ -286,16 +377,23 @@ def test_doc_block(block: Block, request) -> None:
             f"(known: {', '.join(INPUT_FILES)})",
             pytrace=False,
         )
-    if block.kind != "python" and unsafe_make(block.source):
+    unsafe = unsafe_make(shell_text(block), bool(block.own_server))
+    if unsafe:
         pytest.fail(
-            f"{block.where}: runs `make {' '.join(unsafe_make(block.source))}`, which the doc "
+            f"{block.where}: runs `make {' '.join(unsafe)}`, which the doc "
             "runner does not run (it builds or installs into the shared checkout, runs the test "
             "suite, or serves until stopped; the runner's own server stands for `make serve`): "
             "mark the block <!-- doc-test: skip (why) -->",
             pytrace=False,
         )
-    server: TritonServer = request.getfixturevalue("docs_server")
-    cwd: Path = request.getfixturevalue("docs_workdir")
+    if block.own_server:
+        server, cwd = request.getfixturevalue("own_servers").get(block)
+    else:
+        server = request.getfixturevalue("docs_server")
+        cwd = request.getfixturevalue("docs_workdir")
+        if server.process is None:
+            pytest.fail(f"{block.where}: runs after an own-server block stopped the shared "
+                        "server (collect_blocks orders those last)", pytrace=False)  # fmt: skip
     for name in block.files:
         if not (cwd / name).exists():
             INPUT_FILES[name](cwd / name)
@@ -363,6 +461,10 @@ def test_markers_and_blocks() -> None:
             "```bash",
             "true",
             "```",
+            "<!-- doc-test: own-server breast_cancer; output-approx -->",
+            "```console",
+            "$ make version NAME=breast_cancer VERSION=2",
+            "```",
             "<!-- doc-test: output-approx -->",
             "",
             "A paragraph between.",
@@ -376,7 +478,7 @@ def test_markers_and_blocks() -> None:
         ]
     )
     blocks = parse_markdown(doc, Path("page.md"))
-    gpu, console, python, typo, stray, bad_console = blocks
+    gpu, console, python, typo, own, stray, bad_console = blocks
     assert gpu.skip == "needs a GPU; and Docker" and gpu.line == 2
     assert console.files == ["cat.jpg"] and console.approx and console.timeout_s == 20
     commands = console.commands()
@@ -385,5 +487,8 @@ def test_markers_and_blocks() -> None:
     assert commands[0].line == 9
     assert python.kind == "python" and python.shown == "1\n"
     assert "unknown doc-test item 'sikp (typo)'" in typo.problem
-    assert stray.kind == "marker" and stray.problem.startswith("page.md:24:")
+    assert own.own_server == "breast_cancer" and own.approx and console.own_server is None
+    assert unsafe_make(shell_text(own), own_server=True) == []
+    assert unsafe_make(shell_text(own)) == ["version"] and shell_text(python) == ""
+    assert stray.kind == "marker" and stray.problem.startswith("page.md:28:")
     assert "starts with '$ ' commands" in bad_console.problem

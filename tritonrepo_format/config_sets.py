@@ -36,8 +36,9 @@ class ConfigSet:
             ``onnxruntime_python``, ``torch_python``, ``torch_aoti``).
         core_file: the file each core model version loads (``default_model_filename``).
         build: what makes that file: ``make artifacts`` (here), ``make build-plans`` (TensorRT,
-            on the serving GPU), ``make artifacts-gpu`` (AOTInductor packages, on the GPU host,
-            with the PyTorch that serves them).
+            on the serving GPU), ``make artifacts-gpu`` (exported programs, on the GPU host that
+            serves them), the builder's ``--format aotinductor`` (AOTInductor packages, with
+            the PyTorch of the image that serves them).
         cuda_pool_bytes: CUDA memory pool per GPU the launcher gives Triton for the set (the
             Python backend passes GPU tensors through it), or None for Triton's default.
     """
@@ -61,7 +62,13 @@ CONFIG_SETS: dict[str, ConfigSet] = {
         ConfigSet(DEFAULT_SET, "gpu", "tensorrt_plan", "model.plan", "make build-plans"),
         ConfigSet(CPU_SET, "cpu", "onnxruntime_python", "model.onnx", "make artifacts"),
         ConfigSet(TORCH_GPU_SET, "gpu", "torch_python", "model.pt2", "make artifacts-gpu", 1 << 30),
-        ConfigSet(TORCH_AOTI_SET, "gpu", "torch_aoti", "model.pt2", "make artifacts-gpu"),
+        ConfigSet(
+            TORCH_AOTI_SET,
+            "gpu",
+            "torch_aoti",
+            "model.pt2",
+            "python -m builders.torch_programs.export --format aotinductor",
+        ),
     )
 }
 

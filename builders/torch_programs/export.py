@@ -239,7 +239,7 @@ def ctr_gate(program, reference, device: str, gate: Tolerance) -> dict[str, floa
 
 
 def build(
-    model: str, repository: Path, device: str, precision: str, program_format: str = ""
+    model: str, repository: Path, device: str, precision: str, program_format: str = EXPORT_FORMAT
 ) -> dict:
     """Export ``model``, compile it (``program_format``), gate what will serve, and write
     ``model.pt2`` + ``torch_metadata.json`` in ``<repository>/<model>/1/``.
@@ -258,7 +258,6 @@ def build(
     """
     import torch
 
-    program_format = program_format or EXPORT_FORMAT
     batch = max_batch(repository, model)
     gate = GATES[precision]
     if model == text_spec.ENCODER_MODEL:
@@ -356,7 +355,9 @@ def _write(out_dir: Path, metadata: dict) -> dict:
     )
 
 
-def build_auto(model: str, repository: Path, device: str, program_format: str = "") -> dict:
+def build_auto(
+    model: str, repository: Path, device: str, program_format: str = EXPORT_FORMAT
+) -> dict:
     """:func:`build` in FP16, or in FP32 when the FP16 program fails its accuracy gate.
 
     Raises:
@@ -380,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--format",
         choices=[AOTI_FORMAT, EXPORT_FORMAT],
+        default=EXPORT_FORMAT,
         help="the program's format (default: torch.export; aotinductor for the torch_aoti set)",
     )
     args = parser.parse_args(argv)
@@ -395,11 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.model or MODELS:
         try:
             if args.precision == "auto":
-                metadata = build_auto(model, args.repository, args.device, args.format or "")
+                metadata = build_auto(model, args.repository, args.device, args.format)
             else:
-                metadata = build(
-                    model, args.repository, args.device, args.precision, args.format or ""
-                )
+                metadata = build(model, args.repository, args.device, args.precision, args.format)
         except (RuntimeError, FileNotFoundError, ValueError) as exc:
             print(f"error: {model}: {exc}", file=sys.stderr)
             return 1

@@ -53,17 +53,24 @@ help:
 
 setup: $(STAMP)
 
-# pip shows each package and a progress bar per download: the first install brings ~130
-# packages (2.4 GB in .venv, torch the largest). --no-compile: Python compiles a module's
-# bytecode when it is first imported instead of pip compiling every installed file (the install
-# took 109 s with it and 49 s without on a 2-core machine, 2026-12-06).
+# uv installs what requirements.txt pins (~130 packages, 2.4 GB in .venv, torch the largest):
+# 9 s on a 2-core machine where pip took 49 s (2026-12-06), from the sources pip is configured
+# with (scripts/uv_sources.py passes them on: uv reads no pip.conf). pip installs instead where
+# pip's settings have no uv equivalent or uv fails.
+UV := $(VENV)/bin/uv
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing the $$(grep -oE '^[A-Za-z0-9_.-]+' requirements.txt | sort -u | wc -l)" \
 		"packages pinned in requirements.txt and their dependencies into $(VENV)" \
-		"(about 1 min the first time)"
-	$(PY) -m pip install --no-compile --progress-bar on -r requirements.txt
-	$(PY) -m pip install --quiet --no-deps $$(sed -n 's/^# no-deps: *//p' requirements.txt)
+		"(under a minute the first time)"
+	$(PY) -m pip install --quiet "$$(grep -oE '^uv==[^ ;]+' requirements.txt)"
+	if sources=$$($(PY) scripts/uv_sources.py) && eval "$(UV) pip install --python $(PY) $$sources -r requirements.txt" \
+		&& eval "$(UV) pip install --python $(PY) $$sources --no-deps $$(sed -n 's/^# no-deps: *//p' requirements.txt)"; then :; \
+	else \
+		echo "installing with pip instead of uv"; \
+		$(PY) -m pip install --no-compile --progress-bar on -r requirements.txt \
+		&& $(PY) -m pip install --quiet --no-deps $$(sed -n 's/^# no-deps: *//p' requirements.txt); \
+	fi
 	$(PY) -m pip install --quiet --no-deps --editable .
 	touch $@
 

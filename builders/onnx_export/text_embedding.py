@@ -42,7 +42,7 @@ from builders.file_digest import sha256
 from builders.host_sources import TORCH_EXPORT, Sources
 from builders.metadata import BUILD_METADATA_FILE, write_metadata
 from builders.onnx_export import text_embedding_variants as variants
-from tritonrepo.paths import MODEL_REPOSITORY
+from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY
 from tritonrepo.text import spec
 from tritonrepo.text.tokenization import TextTokenizer
 
@@ -191,8 +191,66 @@ def bf16_weights(fp32_path: Path, out_path: Path, tokenizer: TextTokenizer) -> f
     return float((pooled[0] * pooled[1]).sum(axis=1).min())
 
 
-def build(repository: Path, version: int, precision: str = "fp32") -> dict:
+class CheckedExport:
+    """The encoder's FP32 ONNX export with its parity figures against PyTorch, made once for
+    every version one run builds (each version starts from a copy of it).
+
+    Attributes:
+        encoder: the PyTorch wrapper (:class:`EncoderForExport`), the reference of every check.
+        tokenizer: the model's own tokenizer, as served.
+        path: the export (FP32, ``.onnx`` bytes).
+        diffs: max abs diff of ``sentence_embedding`` at batch 1 and 7, ONNX Runtime vs PyTorch.
+    """
+
+    def __init__(self, tokenizer_path: Path, workdir: Path) -> None:
+        """Export and check.
+
+        Raises:
+            RuntimeError: the parity check fails (max abs diff ≥ ``PARITY_TOLERANCE``).
+        """
+        import torch
+
+        torch.manual_seed(0)
+        self.tokenizer = TextTokenizer(tokenizer_path, spec.MAX_SEQ_LENGTH)
+        self.encoder = EncoderForExport.build(Path(spec.source_model_dir()))
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.path = workdir / "checked-export.fp32.tmp"
+        export_onnx(self.encoder, self.tokenizer, self.path)
+        self.diffs = parity(self.encoder, self.tokenizer, self.path)
+        print(
+            "parity ONNX Runtime vs PyTorch (fp32 export), max abs diff: "
+            + ", ".join(f"{k} {v:.2e}" for k, v in self.diffs.items())
+        )
+        worst = max(self.diffs.values())
+        if worst >= PARITY_TOLERANCE:
+            self.path.unlink()
+            raise RuntimeError(
+                f"parity check failed: max abs diff {worst:.3e} >= {PARITY_TOLERANCE}"
+            )
+
+    def copy_to(self, path: Path) -> Path:
+        """A copy of the export at ``path`` (which a version then transforms)."""
+        shutil.copyfile(self.path, path)
+        return path
+
+
+def tokenizer_file(repository: Path) -> Path:
+    """Copy the model's own ``tokenizer.json`` into ``repository``'s tokenize model; its path."""
+    tokenize_dir = repository / spec.TOKENIZE_MODEL / "1"
+    tokenize_dir.mkdir(parents=True, exist_ok=True)
+    path = tokenize_dir / "tokenizer.json"
+    shutil.copyfile(Path(spec.source_model_dir()) / "tokenizer.json", path)
+    return path
+
+
+def build(
+    repository: Path, version: int, precision: str = "fp32", export: CheckedExport | None = None
+) -> dict:
     """Build encoder ``version`` at ``precision`` (and the tokenizer) into ``repository``.
+
+    Args:
+        export: the checked FP32 export to start from (:class:`CheckedExport`; made here when
+            None, as for one version alone).
 
     Returns:
         The build metadata written next to the model.
@@ -205,32 +263,17 @@ def build(repository: Path, version: int, precision: str = "fp32") -> dict:
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    import torch
-
     model_dir = Path(spec.source_model_dir())
     encoder_dir = repository / spec.ENCODER_MODEL / str(version)
-    tokenize_dir = repository / spec.TOKENIZE_MODEL / "1"
     encoder_dir.mkdir(parents=True, exist_ok=True)
-    tokenize_dir.mkdir(parents=True, exist_ok=True)
-
-    tokenizer_path = tokenize_dir / "tokenizer.json"
-    shutil.copyfile(model_dir / "tokenizer.json", tokenizer_path)
-    tokenizer = TextTokenizer(tokenizer_path, spec.MAX_SEQ_LENGTH)
-
-    torch.manual_seed(0)
-    encoder = EncoderForExport.build(model_dir)
+    tokenizer_path = tokenizer_file(repository)
     onnx_path = encoder_dir / "model.onnx"
-    tmp_path = onnx_path.with_suffix(".fp32.tmp")
-    export_onnx(encoder, tokenizer, tmp_path)
-    diffs = parity(encoder, tokenizer, tmp_path)
-    print(
-        f"version {version}: parity ONNX Runtime vs PyTorch (fp32 export), max abs diff: "
-        + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items())
-    )
-    worst = max(diffs.values())
-    if worst >= PARITY_TOLERANCE:
-        tmp_path.unlink()
-        raise RuntimeError(f"parity check failed: max abs diff {worst:.3e} >= {PARITY_TOLERANCE}")
+    if export is None:
+        export = CheckedExport(tokenizer_path, encoder_dir)
+        tmp_path = export.path.rename(onnx_path.with_suffix(".fp32.tmp"))
+    else:
+        tmp_path = export.copy_to(onnx_path.with_suffix(".fp32.tmp"))
+    encoder, tokenizer, diffs = export.encoder, export.tokenizer, export.diffs
     min_cosine_vs_fp32, variant_figures = None, {}
     if precision == "bf16":
         reduced_tmp = onnx_path.with_suffix(".bf16.tmp")
@@ -314,14 +357,18 @@ def main(argv: list[str] | None = None) -> int:
         versions = dict(spec.ENCODER_VERSIONS)
     else:
         versions = {args.version: args.precision or "fp32"}
-    for version, precision in versions.items():
+    try:
+        export = CheckedExport(tokenizer_file(args.repository), BUILD_DIR / "text_embedding")
         try:
-            build(args.repository, version, precision)
-        except RuntimeError as exc:
-            print(f"error: version {version} ({precision}): {exc}", file=sys.stderr)
-            return 1
-        path = args.repository / spec.ENCODER_MODEL / str(version) / "model.onnx"
-        print(f"wrote {path} ({precision})")
+            for version, precision in versions.items():
+                build(args.repository, version, precision, export)
+                path = args.repository / spec.ENCODER_MODEL / str(version) / "model.onnx"
+                print(f"wrote {path} ({precision})")
+        finally:
+            export.path.unlink(missing_ok=True)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

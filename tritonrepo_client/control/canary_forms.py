@@ -28,7 +28,7 @@ from typing import Any
 
 from tritonrepo_client.connection import ClientError
 from tritonrepo_client.control.repository import RepositoryClient
-from tritonrepo_client.control.rollout import with_policy
+from tritonrepo_client.control.rollout import PREVIOUS_VERSION_PARAMETER, with_policy
 from tritonrepo_format.roles import ONE_STEP_CLASS, ONE_STEP_PARAMETER
 
 CANARY_SUFFIX = "__canary"
@@ -121,6 +121,16 @@ class EnsembleStep(CanaryForm):
         self.model_config = repo.config(model)
 
     def stage(self) -> str:
+        # Loading an ensemble reloads each of its steps whose folder changed on disk since that
+        # step was loaded, with the config on disk: a version written since (version N) would
+        # take the place of a rolled-out version that lives in an override, and the ensemble
+        # pinned to it would fail to load (seen on 2.51: 957 of 982 live requests failed).
+        # The step is loaded first as it serves, which brings Triton's record of its folder
+        # up to date, so the pinned ensemble's load leaves it alone.
+        previous = self.model_config.get("parameters", {}).get(PREVIOUS_VERSION_PARAMETER, {})
+        self.repo.load(self.model, with_policy(
+            self.model_config, [self.old], int(previous.get("string_value", self.old))
+        ))  # fmt: skip
         self.repo.load(self.pipeline, pinned(self.config, self.model, self.old))
         self.repo.load(self.model, with_policy(self.model_config, [self.old, self.version],
                                                self.old))  # fmt: skip

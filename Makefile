@@ -54,9 +54,9 @@ help:
 setup: $(STAMP)
 
 # uv installs what requirements.txt pins (~130 packages, 2.4 GB in .venv, torch the largest):
-# 9 s on a 2-core machine where pip took 49 s (2026-12-06), from the sources pip is configured
-# with (scripts/uv_sources.py passes them on: uv reads no pip.conf). pip installs instead where
-# pip's settings have no uv equivalent or uv fails.
+# make setup took 20 s on a fresh clone of a 2-core machine, 69 s with pip (2026-12-06), from the
+# sources pip is configured with (scripts/uv_sources.py passes them on: uv reads no pip.conf).
+# pip installs instead where pip's settings have no uv equivalent or uv fails.
 UV := $(VENV)/bin/uv
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

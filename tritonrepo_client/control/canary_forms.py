@@ -28,7 +28,7 @@ from typing import Any
 
 from tritonrepo_client.connection import ClientError
 from tritonrepo_client.control.repository import RepositoryClient
-from tritonrepo_client.control.rollout import PREVIOUS_VERSION_PARAMETER, with_policy
+from tritonrepo_client.control.rollout import recorded_previous, with_policy
 from tritonrepo_format.roles import ONE_STEP_CLASS, ONE_STEP_PARAMETER
 
 CANARY_SUFFIX = "__canary"
@@ -127,10 +127,8 @@ class EnsembleStep(CanaryForm):
         # pinned to it would fail to load (seen on 2.51: 957 of 982 live requests failed).
         # The step is loaded first as it serves, which brings Triton's record of its folder
         # up to date, so the pinned ensemble's load leaves it alone.
-        previous = self.model_config.get("parameters", {}).get(PREVIOUS_VERSION_PARAMETER, {})
-        self.repo.load(self.model, with_policy(
-            self.model_config, [self.old], int(previous.get("string_value", self.old))
-        ))  # fmt: skip
+        previous = recorded_previous(self.model_config) or self.old
+        self.repo.load(self.model, with_policy(self.model_config, [self.old], previous))
         self.repo.load(self.pipeline, pinned(self.config, self.model, self.old))
         self.repo.load(self.model, with_policy(self.model_config, [self.old, self.version],
                                                self.old))  # fmt: skip

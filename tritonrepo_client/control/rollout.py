@@ -293,17 +293,22 @@ def rollout(
     return report
 
 
+def recorded_previous(config: dict[str, Any]) -> int | None:
+    """The version a rollout recorded in ``config`` as replaced (:func:`with_policy`), or None."""
+    value = config.get("parameters", {}).get(PREVIOUS_VERSION_PARAMETER, {}).get("string_value")
+    return int(value) if value else None
+
+
 def previous_version(repo: RepositoryClient, model: str) -> int:
     """The version the last rollout of ``model`` replaced.
 
     Raises:
         RolloutError: the model was not rolled out since it was loaded.
     """
-    params = repo.config(model).get("parameters", {})
-    value = params.get(PREVIOUS_VERSION_PARAMETER, {}).get("string_value")
-    if not value:
+    previous = recorded_previous(repo.config(model))
+    if previous is None:
         raise RolloutError(f"model '{model}' has no rollout to roll back (no previous version)")
-    return int(value)
+    return previous
 
 
 def rollback(

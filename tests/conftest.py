@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests import server_crashes
 from tritonrepo.description import discover, load
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, PIPELINES
 from tritonrepo.server.launcher import ServerOptions, TritonServer, free_port
@@ -200,3 +201,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name: i for i, name in enumerate(file_order(seconds, list(dict.fromkeys(names.values()))))
     }
     items.sort(key=lambda item: rank[names[id(item)]])
+    if config.pluginmanager.hasplugin("rerunfailures"):
+        for item in items:
+            if item.get_closest_marker("server"):
+                item.add_marker(server_crashes.rerun_marker())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
+    """A failed test whose server died: the death in its report, the server started again
+    (``tests/server_crashes.py``), so that the rerun and the file's next tests have one."""
+    report = yield
+    server_crashes.record_deaths(item, report)
+    return report
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The tests rerun because their server died, with the first lines of each death."""
+    lines = server_crashes.summary_lines(terminalreporter.stats.get("rerun", []))
+    if lines:
+        terminalreporter.section("tests rerun after their tritonserver died")
+        for line in lines:
+            terminalreporter.line(line)

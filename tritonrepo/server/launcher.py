@@ -305,6 +305,14 @@ class TritonServer:
             f"see {self.options.log_file}"
         )
 
+    def process_log(self) -> str:
+        """The current process's part of the server log (from its start; a respawned process's
+        log follows the one before it in the same file); empty when there is none."""
+        with contextlib.suppress(OSError), open(self.options.log_file, "rb") as log:
+            log.seek(self._log_offset)
+            return log.read().decode(errors="replace")
+        return ""
+
     def kill_process(self) -> int | None:
         """SIGKILL the current process if it still runs; its exit code."""
         with self._lock:

@@ -22,10 +22,10 @@ FULL = {
 }
 QUICK = {
     "levels": QUICK_LEVELS,
-    # windows of 50 answers: as quick as 1 s windows where answers are fast, and never empty
+    # windows of 30 answers: as quick as 1 s windows where answers are fast, and never empty
     # where a loaded image system answers slowly on a busy 2-core machine
-    "window": Window(interval_ms=1000, stability_percent=999, max_trials=3, request_count=50),
-    "loadgen_s": 2.0,
+    "window": Window(interval_ms=1000, stability_percent=999, max_trials=3, request_count=30),
+    "loadgen_s": 1.5,
     "texts": 64,
     "ranking_requests": 32,
     "sessions": 16,

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -141,7 +142,13 @@ def run_case(group: ServerGroup, case: Case) -> Observation:
         obs.signal = signal.Signals(-code).name if code < 0 else f"exit {code}"
         record = wait_restart(server, before, RESTART_WAIT_S)
         if record is None or not record.ok:
-            obs.problems.append(f"not restarted: {record.error if record else 'no restart'}")
+            # The group's next server writes the same log: keep this one for the failure.
+            log = group.options.log_file
+            kept = log.with_name(f"{log.stem}-{case.name}.log")
+            with contextlib.suppress(OSError):
+                shutil.copyfile(log, kept)
+            error = record.error if record else "no restart"
+            obs.problems.append(f"not restarted: {error} (the log: {kept})")
             group.close()
             return obs
         obs.back_after_s = round(record.ready_s, 1)

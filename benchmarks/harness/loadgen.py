@@ -26,6 +26,8 @@ import numpy as np
 # inferences it made (e.g. every event of one session), each counted on its own.
 Call = Callable[[Any], "Sequence[tuple[float, float]] | None"]
 CallerFactory = Callable[[], tuple[Call, Callable[[], None]]]
+# The most seconds a window goes on past its length while it waits for its least answers.
+MAX_EXTENSION_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -63,22 +65,38 @@ def run_closed_loop(
     concurrency: int,
     duration_s: float,
     warmup_s: float = 1.0,
+    min_answers: int | None = None,
+    longest_s: float = MAX_EXTENSION_S,
 ) -> Measurement:
-    """Drive ``concurrency`` workers for ``warmup_s + duration_s`` seconds.
+    """Drive ``concurrency`` workers for ``warmup_s`` seconds, then measure at least
+    ``duration_s`` seconds.
+
+    The window goes on past ``duration_s`` until ``min_answers`` requests (default:
+    ``concurrency``, one round of every worker) were sent and answered inside it, for at most
+    ``longest_s`` more seconds: a slow system on a busy host (a CPU ResNet-50 at c=8 answers in
+    over a second) still gets a measurement, as perf_analyzer's ``count_windows`` mode gives it.
 
     Returns:
         The :class:`Measurement` of the window after the warm-up: inferences that were sent and
-        answered inside it, per second, and their latencies.
+        answered inside it, per second of the window, and their latencies.
 
     Raises:
         RuntimeError: every request failed (the first error is chained), or a worker could not
             connect.
     """
+    wanted = concurrency if min_answers is None else min_answers
     start = time.monotonic()
-    window = (start + warmup_s, start + warmup_s + duration_s)
-    latencies: list[float] = []
+    opens = start + warmup_s
+    earliest_end, latest_end = opens + duration_s, opens + duration_s + longest_s
+    answered: list[tuple[float, float]] = []  # (sent, done) of requests sent in the window
     errors: list[BaseException] = []
     lock = threading.Lock()
+    closed = threading.Event()
+
+    def window_over(now: float) -> bool:
+        if now >= latest_end or (now >= earliest_end and len(answered) >= wanted):
+            closed.set()
+        return closed.is_set()
 
     def worker(offset: int) -> None:
         try:
@@ -89,7 +107,7 @@ def run_closed_loop(
             return
         try:
             i = offset
-            while time.monotonic() < window[1]:
+            while not window_over(time.monotonic()):
                 sent = time.monotonic()
                 try:
                     parts = call(requests[i % len(requests)])
@@ -100,9 +118,8 @@ def run_closed_loop(
                     continue
                 done = time.monotonic()
                 timed = [(sent, done)] if parts is None else parts
-                kept = [b - a for a, b in timed if window[0] <= a and b <= window[1]]
                 with lock:
-                    latencies.extend(kept)
+                    answered.extend((a, b) for a, b in timed if a >= opens)
                 i += concurrency
         finally:
             close()
@@ -111,10 +128,16 @@ def run_closed_loop(
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=warmup_s + duration_s + 120)
+        t.join(timeout=warmup_s + duration_s + longest_s + 120)
+    ends = sorted(b for _, b in answered)
+    if len(ends) < wanted:
+        end = latest_end
+    else:
+        end = max(earliest_end, ends[wanted - 1]) if wanted > 0 else earliest_end
+    latencies = [b - a for a, b in answered if b <= end]
     if errors and not latencies:
         raise RuntimeError(f"all requests failed: {errors[0]!r}") from errors[0]
-    return Measurement.from_latencies(concurrency, latencies, duration_s, len(errors))
+    return Measurement.from_latencies(concurrency, latencies, end - opens, len(errors))
 
 
 def http_caller(

@@ -41,7 +41,8 @@ class Settings:
         quick: CI mode: a few seconds per system, proves the harness works, asserts no speed.
         levels: concurrency levels of every served system.
         window: perf_analyzer's measurement window.
-        loadgen_s: seconds the Python load generator measures per level (after 1 s warm-up).
+        loadgen_s: seconds the Python load generator measures per level at least (after 1 s
+            warm-up; longer until each worker was answered once).
         texts: number of real texts (every text system gets the same ones).
         ranking_requests: ctr_ranking requests (users).
         sessions: ctr_session sessions.

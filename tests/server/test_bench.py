@@ -69,6 +69,26 @@ def test_closed_loop_keeps_concurrency_and_counts_errors():
     assert m.p50_ms >= 9.9, m  # a latency spans the whole call, its 10 ms wait included
 
 
+def test_a_window_waits_for_answers_of_a_system_slower_than_it():
+    """A call of 0.3 s against a 0.1 s window: the window goes on until each of the 2 workers
+    answered once (sent after the warm-up), and the throughput is per second of that longer
+    window; without the wait no answer fits and the throughput is 0."""
+
+    def make():
+        def call(_request) -> None:
+            threading.Event().wait(0.3)
+
+        return call, lambda: None
+
+    m = run_closed_loop(make, ["x"], 2, 0.1, warmup_s=0.05)
+    assert m.requests >= 2 and m.errors == 0, m
+    window_s = m.requests / m.throughput
+    assert 0.3 <= window_s < 1.5, m  # one round of 0.3 s calls, not the 0.1 s asked for
+    assert m.p50_ms >= 299, m
+    lone = run_closed_loop(make, ["x"], 2, 0.1, warmup_s=0.05, min_answers=0)
+    assert lone.requests == 0 and lone.throughput == 0, lone
+
+
 def _system(key, load, throughputs, p99=100.0, **values):
     levels = [
         Measurement(c, t, 10.0, 50.0, p99, 100, 0)
@@ -245,7 +265,11 @@ def test_quick_run_measures_every_system(tmp_path):
     for (workload, key), s in systems.items():
         levels = [m["concurrency"] for m in s["levels"]]
         assert levels == ([0] if s["load"] == IN_PROCESS else [LEVEL]), key
-        assert all(m["throughput"] > 0 and m["errors"] == 0 for m in s["levels"]), (workload, key)
+        assert all(m["throughput"] > 0 and m["errors"] == 0 for m in s["levels"]), (
+            workload,
+            key,
+            s["levels"],
+        )
     assert systems["text_embedding", "triton_fp32"]["values"]["min_cosine"] >= 0.9999
     assert systems["text_embedding", "triton_v4"]["values"]["min_cosine"] >= 0.99
     aucs = [systems["ctr_ranking", k]["values"]["auc"] for k in ("torch_1", "triton_v1")]

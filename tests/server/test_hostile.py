@@ -37,7 +37,9 @@ pytestmark = pytest.mark.server
 
 OUT_DIR = BUILD_DIR / "hostile"
 DEATH_WAIT_S = 10.0  # after a connection closed unanswered: a dying process ends within this
-RESTART_WAIT_S = 240.0  # the launcher's restart: backoff, start, reload, probes
+# The launcher's restart: backoff, start, reload, probes; an attempt not live within the
+# startup timeout (180 s) is killed and tried again, so two attempts fit.
+RESTART_WAIT_S = 450.0
 PROGRESS = os.environ.get("HOSTILE_PROGRESS") == "1"  # one line per case on stderr
 GRACE_S = 0.3  # after the answer, before judging the process alive
 
@@ -51,6 +53,7 @@ class Observation:
     signal: str = ""  # name of the signal that ended the process ("" = alive)
     exit_code: int | None = None
     back_after_s: float | None = None  # the launcher's restart: death noticed -> serving again
+    failed_restarts: list[str] = field(default_factory=list)  # attempts before the one that served
     healthy: bool | None = None  # every loaded model answered its probe inference afterwards
     stubs_died: list[str] = field(default_factory=list)  # Python-backend stub instances lost
     health_detail: str = ""
@@ -61,6 +64,8 @@ class Observation:
     def summary(self) -> str:
         if self.signal:
             back = f", back in {self.back_after_s:.0f} s" if self.back_after_s is not None else ""
+            if self.failed_restarts:
+                back += f" at attempt {len(self.failed_restarts) + 1}"
             return f"process died ({self.signal}){back}"
         if self.status in ("200", "StatusCode.OK"):
             return "served, server alive" if self.healthy else "served, server unhealthy"
@@ -106,19 +111,19 @@ class ServerGroup:
             self.server = None
 
 
-def wait_restart(server: TritonServer, before: int, timeout_s: float):
-    """The launcher's restart record after ``before`` earlier ones, once it has finished
-    (ready or failed), or None when none within ``timeout_s`` seconds."""
+def wait_restart(server: TritonServer, before: int, timeout_s: float) -> list:
+    """The launcher's restart records after ``before`` earlier ones, up to the first that
+    serves again (the launcher tries again after an attempt that failed), or up to its giving
+    up or ``timeout_s`` seconds; the last record is the one that served when any did."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if len(server.restarts) > before:
-            record = server.restarts[before]
-            if record.ok or record.error:
-                return record
-        if getattr(server, "failure", None) is not None:
-            return server.restarts[before] if len(server.restarts) > before else None
+        records = server.restarts[before:]
+        if any(r.ok for r in records) or getattr(server, "failure", None) is not None:
+            break
         time.sleep(0.2)
-    return None
+    records = server.restarts[before:]
+    served = [i for i, r in enumerate(records) if r.ok]
+    return records[: served[0] + 1] if served else records
 
 
 def run_case(group: ServerGroup, case: Case) -> Observation:
@@ -140,18 +145,21 @@ def run_case(group: ServerGroup, case: Case) -> Observation:
     if code is not None:
         obs.exit_code = code
         obs.signal = signal.Signals(-code).name if code < 0 else f"exit {code}"
-        record = wait_restart(server, before, RESTART_WAIT_S)
-        if record is None or not record.ok:
-            # The group's next server writes the same log: keep this one for the failure.
+        records = wait_restart(server, before, RESTART_WAIT_S)
+        failed = [r.error for r in records if not r.ok]
+        if failed or not records:
+            # The group's next server writes the same log: keep this one for the report.
             log = group.options.log_file
             kept = log.with_name(f"{log.stem}-{case.name}.log")
             with contextlib.suppress(OSError):
                 shutil.copyfile(log, kept)
-            error = record.error if record else "no restart"
-            obs.problems.append(f"not restarted: {error} (the log: {kept})")
+            obs.failed_restarts = [f"{error} (the log: {kept})" for error in failed]
+        if not records or not records[-1].ok:
+            error = obs.failed_restarts[-1] if failed else f"no restart (the log: {kept})"
+            obs.problems.append(f"not restarted: {error}")
             group.close()
             return obs
-        obs.back_after_s = round(record.ready_s, 1)
+        obs.back_after_s = round(records[-1].ready_s, 1)
     if code is None:
         now = {stub.instance: stub.pid for stub in server.stub_processes()}
         obs.stubs_died = sorted(i for i, pid in stubs.items() if now.get(i) != pid)

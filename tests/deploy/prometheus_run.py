@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from tests.server.test_faults import wait_for
+from tritonrepo.server.embedded_server import tied_to_parent
 from tritonrepo.server.launcher import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,14 +85,6 @@ class Prometheus:
                 self.process.wait()
 
 
-def _terminate_with_parent() -> None:
-    """In the child: SIGTERM it when the test process dies (Linux PR_SET_PDEATHSIG)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-
-
 @contextlib.contextmanager
 def running_prometheus(
     directory: Path, targets: dict[str, int], edit_rule: Callable[[dict], None]
@@ -117,17 +110,17 @@ def running_prometheus(
     port = free_port(avoid=targets.values())  # not a target's port, should one be unbound
     log_file = directory / "prometheus.log"
     with open(log_file, "wb") as log:
-        process = subprocess.Popen(
+        command, preexec_fn = tied_to_parent(
             [
                 tool("prometheus"),
                 f"--config.file={directory / 'prometheus.yml'}",
                 f"--storage.tsdb.path={directory / 'data'}",
                 f"--web.listen-address=127.0.0.1:{port}",
                 "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=_terminate_with_parent,
+            ]
+        )
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn
         )
     prom = Prometheus(f"http://127.0.0.1:{port}", process, log_file)
 

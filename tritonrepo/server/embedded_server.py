@@ -16,6 +16,7 @@ import shutil
 import signal
 import sys
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
 
 from tritonrepo.paths import BACKENDS_SOURCE, BUILD_DIR
@@ -31,11 +32,34 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 def terminate_with_parent() -> None:
     """In a child before exec (``preexec_fn``): SIGTERM it when its parent dies, even by
-    SIGKILL (Linux ``prctl(PR_SET_PDEATHSIG)``), so no server or guard outlives its launcher or
-    test run. The kernel ties this to the thread that forked: start children from threads that
-    live as long as they do (the main thread, the crash watcher)."""
+    SIGKILL (Linux ``prctl(PR_SET_PDEATHSIG)``). Only where :func:`tied_to_parent` finds no
+    ``setpriv``."""
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def tied_to_parent(command: list[str]) -> tuple[list[str], Callable[[], None] | None]:
+    """``command`` and the ``preexec_fn`` to start it with so that its process gets SIGTERM
+    when its parent dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``): no server, guard or
+    tool outlives its launcher or test run. The kernel ties this to the thread that started
+    it: start children from threads that live as long as they do (the main thread, the crash
+    watcher).
+
+    util-linux's ``setpriv --pdeathsig TERM`` (Debian and Ubuntu always have it) sets it and
+    execs the command, so no ``preexec_fn`` is needed and Python starts the child with vfork,
+    where no fork handler runs. With a ``preexec_fn`` Python forks, and gRPC's fork handler
+    (grpcio 1.81 and later, grpc/grpc#43055) restarts its poller thread in the child, which
+    aborts it with "epoll_wait error: Bad file descriptor" once Popen closed the inherited
+    descriptors: a launch that dies by SIGABRT before it runs anything. Without ``setpriv``
+    the ``prctl`` runs in the ``preexec_fn`` (:func:`terminate_with_parent`).
+
+    Returns:
+        ``(command to run, preexec_fn or None)``.
+    """
+    setpriv = shutil.which("setpriv")
+    if setpriv is not None:
+        return [setpriv, "--pdeathsig", "TERM", "--", *command], None
+    return command, terminate_with_parent
 
 
 STUB_PYTHON_ENV = "TRITONREPO_STUB_PYTHON"

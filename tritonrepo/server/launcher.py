@@ -47,7 +47,7 @@ from tritonrepo.server.embedded_server import (
     LaunchError,
     assemble_backend_directory,
     server_environment,
-    terminate_with_parent,
+    tied_to_parent,
 )
 from tritonrepo.server.options import (
     GPU_CONFIG_SETS,
@@ -221,13 +221,14 @@ class TritonServer:
             assert self._log_handle is not None and self._backends is not None
             self._log_handle.flush()
             self._log_offset = self._log_handle.tell()
+            command, preexec_fn = tied_to_parent(self.command(self._backends))
             self.process = subprocess.Popen(
-                self.command(self._backends),
+                command,
                 stdout=self._log_handle,
                 stderr=subprocess.STDOUT,
                 env=self.environment(),
                 start_new_session=True,  # Ctrl-C reaches the launcher, which stops the server
-                preexec_fn=terminate_with_parent,
+                preexec_fn=preexec_fn,
             )
 
     def respawn(self) -> None:

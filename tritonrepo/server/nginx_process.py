@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from tritonrepo.server.command import check_port_free
-from tritonrepo.server.embedded_server import LaunchError, terminate_with_parent
+from tritonrepo.server.embedded_server import LaunchError, tied_to_parent
 
 # How to install what the guards need: the Makefile's guard-deps target runs this apt-get (root).
 INSTALL_HINT = (
@@ -142,14 +142,15 @@ class NginxProcess:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         conf = self.write_config()
         self.error_log.unlink(missing_ok=True)
+        command, preexec_fn = tied_to_parent(self.command(conf))
         self._process = subprocess.Popen(
-            self.command(conf),
+            command,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=self.environment(),
             start_new_session=True,  # a terminal's Ctrl-C reaches the launcher, which stops it
-            preexec_fn=terminate_with_parent,
+            preexec_fn=preexec_fn,
         )
         deadline = time.monotonic() + timeout_s
         while True:

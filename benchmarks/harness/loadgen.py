@@ -65,16 +65,16 @@ def run_closed_loop(
     concurrency: int,
     duration_s: float,
     warmup_s: float = 1.0,
-    min_answers: int | None = None,
+    min_answers: int = 1,
     longest_s: float = MAX_EXTENSION_S,
 ) -> Measurement:
     """Drive ``concurrency`` workers for ``warmup_s`` seconds, then measure at least
     ``duration_s`` seconds.
 
-    The window goes on past ``duration_s`` until ``min_answers`` requests (default:
-    ``concurrency``, one round of every worker) were sent and answered inside it, for at most
-    ``longest_s`` more seconds: a slow system on a busy host (a CPU ResNet-50 at c=8 answers in
-    over a second) still gets a measurement, as perf_analyzer's ``count_windows`` mode gives it.
+    The window goes on past ``duration_s`` until ``min_answers`` requests (default 1: a window
+    is never empty) were sent and answered inside it, for at most ``longest_s`` more seconds: a
+    slow system on a busy host (a CPU ResNet-50 at c=8 answers in over a second) still gets a
+    measurement, as perf_analyzer's ``count_windows`` mode gives it.
 
     Returns:
         The :class:`Measurement` of the window after the warm-up: inferences that were sent and
@@ -84,7 +84,7 @@ def run_closed_loop(
         RuntimeError: every request failed (the first error is chained), or a worker could not
             connect.
     """
-    wanted = concurrency if min_answers is None else min_answers
+    wanted = min_answers
     start = time.monotonic()
     opens = start + warmup_s
     earliest_end, latest_end = opens + duration_s, opens + duration_s + longest_s

@@ -52,7 +52,7 @@ def header(run: Run) -> list[str]:
         f"- **Load:** Triton systems: perf_analyzer, gRPC, closed loop, one concurrency level at a "
         f"time ({run.settings['window']}); naive servers and the cross-check: the Python load "
         f"generator (`benchmarks/harness/loadgen.py`, {run.settings['loadgen_s']} s per level "
-        f"after 1 s warm-up, longer until every worker was answered once). In-process systems "
+        f"after 1 s warm-up, longer until it holds an answer). In-process systems "
         f"run alone.",
         "",
     ]

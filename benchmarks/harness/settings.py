@@ -42,7 +42,7 @@ class Settings:
         levels: concurrency levels of every served system.
         window: perf_analyzer's measurement window.
         loadgen_s: seconds the Python load generator measures per level at least (after 1 s
-            warm-up; longer until each worker was answered once).
+            warm-up; longer until the window holds an answer).
         texts: number of real texts (every text system gets the same ones).
         ranking_requests: ctr_ranking requests (users).
         sessions: ctr_session sessions.

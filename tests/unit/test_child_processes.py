@@ -65,7 +65,8 @@ def test_the_child_gets_sigterm_when_its_parent_is_killed():
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
     try:
-        wait_for("sleep running", lambda: b"sleep" in _cmdline(child), 10)
+        # setpriv's own command line names sleep too: wait for the exec, after its prctl
+        wait_for("sleep running", lambda: _cmdline(child).startswith(b"sleep"), 10)
         parent.kill()
         parent.wait(10)
         wait_for("the child's end after its parent was killed", lambda: not _alive(child), 10)

@@ -50,8 +50,10 @@ def tied_to_parent(command: list[str]) -> tuple[list[str], Callable[[], None] | 
     where no fork handler runs. With a ``preexec_fn`` Python forks, and gRPC's fork handler
     (grpcio 1.81 and later, grpc/grpc#43055) restarts its poller thread in the child, which
     aborts it with "epoll_wait error: Bad file descriptor" once Popen closed the inherited
-    descriptors: a launch that dies by SIGABRT before it runs anything. Without ``setpriv``
-    the ``prctl`` runs in the ``preexec_fn`` (:func:`terminate_with_parent`).
+    descriptors: a launch that dies by SIGABRT before it runs anything. ``setpriv`` sets the
+    signal after Popen returned, so a parent that dies within that millisecond leaves its
+    child running. Without ``setpriv`` the ``prctl`` runs in the ``preexec_fn``
+    (:func:`terminate_with_parent`).
 
     Returns:
         ``(command to run, preexec_fn or None)``.

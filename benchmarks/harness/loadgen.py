@@ -94,7 +94,9 @@ def run_closed_loop(
     closed = threading.Event()
 
     def window_over(now: float) -> bool:
-        if now >= latest_end or (now >= earliest_end and len(answered) >= wanted):
+        # a window of refusals only is not waited on: run_closed_loop raises for it
+        full = len(answered) >= wanted or (errors and not answered)
+        if now >= latest_end or (now >= earliest_end and full):
             closed.set()
         return closed.is_set()
 

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -88,6 +89,22 @@ def test_a_window_waits_for_answers_of_a_system_slower_than_it():
         assert m.p50_ms >= 299, m
     lone = run_closed_loop(make, ["x"], 2, 0.1, warmup_s=0.05, min_answers=0)
     assert lone.requests == 0 and lone.throughput == 0, lone
+
+
+def test_a_window_of_refusals_only_is_not_waited_on():
+    """Every call refused: the run raises at the window's length, not after the wait for an
+    answer that never comes."""
+
+    def make():
+        def call(_request) -> None:
+            raise ValueError("refused")
+
+        return call, lambda: None
+
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="all requests failed"):
+        run_closed_loop(make, ["x"], 2, 0.2, warmup_s=0.05)
+    assert time.monotonic() - started < 10
 
 
 def _system(key, load, throughputs, p99=100.0, **values):

@@ -84,7 +84,6 @@ def run_closed_loop(
         RuntimeError: every request failed (the first error is chained), or a worker could not
             connect.
     """
-    wanted = min_answers
     start = time.monotonic()
     opens = start + warmup_s
     earliest_end, latest_end = opens + duration_s, opens + duration_s + longest_s
@@ -95,7 +94,7 @@ def run_closed_loop(
 
     def window_over(now: float) -> bool:
         # a window of refusals only is not waited on: run_closed_loop raises for it
-        full = len(answered) >= wanted or (errors and not answered)
+        full = len(answered) >= min_answers or (errors and not answered)
         if now >= latest_end or (now >= earliest_end and full):
             closed.set()
         return closed.is_set()
@@ -132,10 +131,10 @@ def run_closed_loop(
     for t in threads:
         t.join(timeout=warmup_s + duration_s + longest_s + 120)
     ends = sorted(b for _, b in answered)
-    if len(ends) < wanted:
+    if len(ends) < min_answers:
         end = latest_end
     else:
-        end = max(earliest_end, ends[wanted - 1]) if wanted > 0 else earliest_end
+        end = max(earliest_end, ends[min_answers - 1]) if min_answers > 0 else earliest_end
     latencies = [b - a for a, b in answered if b <= end]
     if errors and not latencies:
         raise RuntimeError(f"all requests failed: {errors[0]!r}") from errors[0]

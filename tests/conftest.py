@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests import server_crashes
+from tests import cpu_seconds, server_crashes
 from tritonrepo.description import discover, load
 from tritonrepo.paths import BUILD_DIR, MODEL_REPOSITORY, PIPELINES
 from tritonrepo.server.launcher import ServerOptions, TritonServer, free_port
@@ -214,6 +214,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytes
     report = yield
     server_crashes.record_deaths(item, report)
     return report
+
+
+_FILE_CPU = cpu_seconds.FileCpu() if Path("/proc/self/stat").is_file() else None
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    """Charge the CPU seconds so far to the file that ran; this test's file runs from now
+    (``tests/cpu_seconds.py``)."""
+    if _FILE_CPU is not None:
+        _FILE_CPU.switch(nodeid.split("::")[0])
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Each file's CPU seconds to ``build/test-cpu/<worker>.json``."""
+    if _FILE_CPU is not None:
+        _FILE_CPU.write(os.environ.get("PYTEST_XDIST_WORKER", "main"))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -1,6 +1,7 @@
 """Per-suite time table of a test run, from pytest's JUnit XML (``--junitxml``): seconds per
 folder of ``tests/`` and the slowest files. With pytest-xdist the files run on several workers,
-so the sums are worker-seconds, not wall time. ``python -m tests.durations build/junit.xml``.
+so the sums are worker-seconds, not wall time; then the files that cost the most CPU seconds
+(``tests/cpu_seconds.py``), when the run wrote them. ``python -m tests.durations build/junit.xml``.
 
 ``--save`` also writes each file's seconds to ``tests/data/file_seconds.json``, the order
 ``make test`` hands the files to its workers in (longest first: ``tests/conftest.py``)."""
@@ -12,6 +13,8 @@ import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
+
+from tests import cpu_seconds
 
 
 def file_seconds(junit: Path) -> Counter[str]:
@@ -57,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| slowest files | seconds |\n|---|---|")
     for name, seconds in per_file.most_common(15):
         print(f"| {name} | {seconds:.0f} |")
+    cpu = cpu_seconds.read_all()
+    if cpu:
+        print(f"\n| costliest files (tests/cpu_seconds.py) | CPU seconds ({sum(cpu.values()):.0f} "
+              "in all) |\n|---|---|")  # fmt: skip
+        for name, seconds in cpu.most_common(20):
+            print(f"| {name} | {seconds:.0f} |")
     if saving:
         save(per_file)
         print(f"\n{len(per_file)} files' seconds written to {FILE_SECONDS}")

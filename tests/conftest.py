@@ -216,7 +216,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytes
     return report
 
 
-_FILE_CPU = cpu_seconds.FileCpu() if Path("/proc/self/stat").is_file() else None
+_FILE_CPU: cpu_seconds.FileCpu | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Count CPU seconds per file (``tests/cpu_seconds.py``) in each process that runs tests:
+    a pytest-xdist worker, or pytest without workers. Not in the controller of the workers, whose
+    process tree holds them all (their tests' reports reach it interleaved)."""
+    global _FILE_CPU
+    worker = "PYTEST_XDIST_WORKER" in os.environ
+    if not worker:
+        cpu_seconds.clear()  # the last run's files; the workers start after this
+    runs_tests = worker or not getattr(config.option, "numprocesses", None)
+    if runs_tests and Path("/proc/self/stat").is_file():
+        _FILE_CPU = cpu_seconds.FileCpu()
 
 
 def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:

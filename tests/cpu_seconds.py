@@ -101,6 +101,12 @@ class FileCpu:
         return path
 
 
+def clear(directory: Path = OUT_DIR) -> None:
+    """Remove an earlier run's files."""
+    for path in directory.glob("*.json") if directory.is_dir() else []:
+        path.unlink(missing_ok=True)
+
+
 def read_all(directory: Path = OUT_DIR) -> Counter[str]:
     """Every worker's ``{file: cpu seconds}`` under ``directory``, added up."""
     total: Counter[str] = Counter()

@@ -164,6 +164,7 @@ def test_defaults_are_the_values_used_before():
         "preprocessing": "efficientnet_lite0",
         "max_image_pixels": 40_000_000,  # spec.MAX_IMAGE_PIXELS
         "max_request_pixels": 120_000_000,  # spec.MAX_REQUEST_PIXELS
+        "decode_device": "cpu",  # Pillow on the stub's core unless a config set says cuda
     }
     assert _defaults(_step("tritonrepo.image.steps", "PostprocessStep")) == {
         "labels_file": image_spec.LABELS_FILE

@@ -245,13 +245,22 @@ def decode_image(
         OverLimit: over a size limit (``spec``, ``max_pixels``), checked before decoding.
         InvalidRequest: empty, not an image of an accepted format, truncated or corrupt.
     """
-    return _upright_rgb(load_image(open_image(data, min_side, max_pixels), data))
+    return decode_opened(open_image(data, min_side, max_pixels), data)
 
 
 def _upright_rgb(image: Image.Image) -> Image.Image:
     with contextlib.suppress(Exception):  # a broken EXIF block: keep the image as stored
         image = ImageOps.exif_transpose(image)
     return to_rgb(image)
+
+
+def decode_opened(image: Image.Image, data: bytes) -> Image.Image:
+    """Decode an image :func:`open_image` checked (``data``: its file) into upright 8-bit RGB.
+
+    Raises:
+        InvalidRequest: truncated or corrupt.
+    """
+    return _upright_rgb(load_image(image, data))
 
 
 def crop_resize(image: Image.Image, prep: Preprocessing) -> np.ndarray:
@@ -297,29 +306,31 @@ def preprocess_image(
     return image_to_array(decode_image(data, _min_side(prep), max_pixels), prep)
 
 
-def preprocess_batch(
+def open_batch(
     files: Sequence[bytes],
     prep: Preprocessing = spec.EFFICIENTNET_LITE0,
     name: str = "IMAGE",
     max_pixels: int = spec.MAX_IMAGE_PIXELS,
     max_request_pixels: int = spec.MAX_REQUEST_PIXELS,
-) -> np.ndarray:
-    """One request's encoded files → FP32 ``[n, 3, size, size]``.
+) -> list[tuple[Image.Image, bytes]]:
+    """Read and check every header of one request's files; nothing is decoded.
 
-    Every header is read and checked first (:func:`open_image`); the pixels the images will be
-    decoded at (a JPEG at its reduced scale) are summed, and only a request within
-    ``max_request_pixels`` has any image decoded.
+    The pixels the images will be decoded at (a JPEG at its reduced scale) are summed, and a
+    request over ``max_request_pixels`` is refused whole.
 
     Args:
         files: the request's encoded files.
-        prep: the model's preprocessing.
+        prep: the model's preprocessing (a JPEG may be set to decode down to its crop's size).
         name: the input's name, used in messages (``IMAGE[i]``).
         max_pixels: the most pixels one image's header may declare (``max_image_pixels``).
         max_request_pixels: the most pixels the request's images may need decoded in all
             (``max_request_pixels``).
 
+    Returns:
+        ``(lazy Pillow image, file bytes)`` per file, in order (:func:`open_image`).
+
     Raises:
-        OverLimit, InvalidRequest: for the first bad file, its message prefixed with
+        OverLimit, InvalidRequest: for the first bad header, its message prefixed with
             ``IMAGE[i]`` (``name`` and its index); OverLimit over ``max_request_pixels``,
             naming the first image that crosses it, the images' count and their pixels.
     """
@@ -343,10 +354,41 @@ def preprocess_batch(
             "max_request_pixels); refused before decoding: send fewer or smaller images per "
             "request"
         )
+    return opened
+
+
+def decode_batch(
+    opened: Sequence[tuple[Image.Image, bytes]],
+    prep: Preprocessing = spec.EFFICIENTNET_LITE0,
+    name: str = "IMAGE",
+) -> np.ndarray:
+    """Decode the images :func:`open_batch` checked, on this host's core: FP32
+    ``[n, 3, size, size]``.
+
+    Raises:
+        InvalidRequest: for the first image that fails to decode, prefixed ``IMAGE[i]``.
+    """
     arrays = []
     for i, (image, data) in enumerate(opened):
         try:
-            arrays.append(image_to_array(_upright_rgb(load_image(image, data)), prep))
+            arrays.append(image_to_array(decode_opened(image, data), prep))
         except InvalidRequest as exc:
             raise type(exc)(f"{name}[{i}] {exc}") from exc
     return np.stack(arrays) if arrays else np.zeros((0, 3, prep.size, prep.size), np.float32)
+
+
+def preprocess_batch(
+    files: Sequence[bytes],
+    prep: Preprocessing = spec.EFFICIENTNET_LITE0,
+    name: str = "IMAGE",
+    max_pixels: int = spec.MAX_IMAGE_PIXELS,
+    max_request_pixels: int = spec.MAX_REQUEST_PIXELS,
+) -> np.ndarray:
+    """One request's encoded files → FP32 ``[n, 3, size, size]``: every header checked first
+    (:func:`open_batch`), then each image decoded (:func:`decode_batch`).
+
+    Raises:
+        OverLimit, InvalidRequest: as :func:`open_batch` and :func:`decode_batch`.
+    """
+    opened = open_batch(files, prep, name, max_pixels, max_request_pixels)
+    return decode_batch(opened, prep, name)

@@ -10,9 +10,10 @@ import numpy as np
 from PIL import Image
 
 from tritonrepo.image import spec
+from tritonrepo.image.decoders import Decoder, GpuDecoder, HostDecoder
 from tritonrepo.image.labels import read_labels
 from tritonrepo.image.postprocess import check_top_k, softmax, top_k
-from tritonrepo.image.preprocess import preprocess_batch
+from tritonrepo.image.preprocess import open_batch
 from tritonrepo.step.errors import InvalidRequest
 from tritonrepo.step.parameters import Parameter
 from tritonrepo.step.python_step import Outputs, PythonStep
@@ -36,7 +37,12 @@ class PreprocessStep(PythonStep):
       ``spec.MAX_REQUEST_PIXELS`` (120 MP: three of the largest images, or 32 images of
       3.75 MP; ~9 ms of one core per megapixel, so a few seconds of one stub at most; the
       derivation is in ``spec``). Keep it at least ``max_image_pixels``, or the largest images
-      are refused even alone.
+      are refused even alone;
+    * ``decode_device``: ``cpu`` (default) decodes every image with Pillow on the stub's core;
+      ``cuda`` decodes the batch's JPEGs on the GPU with nvJPEG (``tritonrepo.image.decoders``:
+      PNG, WebP and what nvJPEG refuses still on the core) and needs PyTorch with CUDA and
+      torchvision in the stub's environment. The instances are ``KIND_CPU``, so the GPU is
+      PyTorch's current device (the first visible one).
 
     Raises (per request, as its error): InvalidRequest / OverLimit when any image of the
     request is empty, not JPEG/PNG/WebP, truncated or corrupt, or over a size limit, naming the
@@ -73,32 +79,51 @@ class PreprocessStep(PythonStep):
             "scale); refused before decoding",
             minimum=1,
         ),
+        Parameter(
+            "decode_device",
+            "choice",
+            "cpu",
+            "",
+            "where the images are decoded: cpu (Pillow) or cuda (nvJPEG for JPEGs)",
+            choices=("cpu", "cuda"),
+        ),
     )
 
     def setup(self) -> None:
         self.prep = spec.PREPROCESSING[self.settings["preprocessing"]]
+        self.decoder: Decoder = (
+            GpuDecoder(self.prep, "cuda", "IMAGE")
+            if self.settings["decode_device"] == "cuda"
+            else HostDecoder(self.prep, "IMAGE")
+        )
         self.max_image_pixels = self.settings["max_image_pixels"]
         self.max_request_pixels = self.settings["max_request_pixels"]
         # Pillow's guard (a warning above it, an error above twice it) follows the configured
         # limit, so raising the limit is not undone by Pillow; one instance per process.
         Image.MAX_IMAGE_PIXELS = self.max_image_pixels
 
-    def prepare(self, inputs: dict[str, np.ndarray]) -> Outputs:
+    def prepare(self, inputs: dict[str, np.ndarray]) -> tuple[list, np.ndarray]:
+        """Check the request's headers and ``TOP_K``: ``(opened images, K)``; nothing is
+        decoded yet (:meth:`run` decodes the whole batch)."""
         if "IMAGE" not in inputs:  # optional in the ensemble config: see its comment
             raise InvalidRequest("input 'IMAGE' is missing")
         files = inputs["IMAGE"].reshape(-1)
         k = check_top_k(inputs.get("TOP_K"))
-        pixels = preprocess_batch(
+        opened = open_batch(
             [bytes(f) for f in files],
             self.prep,
             "IMAGE",
             max_pixels=self.max_image_pixels,
             max_request_pixels=self.max_request_pixels,
         )
-        return {"pixels": pixels, "K": np.full((len(files), 1), k, dtype=np.int32)}
+        return opened, np.full((len(files), 1), k, dtype=np.int32)
 
-    def run(self, items: list[Outputs]) -> list[Outputs | Exception]:
-        return list(items)
+    def run(self, items: list[tuple[list, np.ndarray]]) -> list[Outputs | Exception]:
+        pixels = self.decoder.decode([opened for opened, _ in items])
+        return [
+            p if isinstance(p, Exception) else {"pixels": p, "K": k}
+            for p, (_, k) in zip(pixels, items, strict=True)
+        ]
 
 
 class PostprocessStep(PythonStep):

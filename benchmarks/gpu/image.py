@@ -25,9 +25,9 @@ Served answers are checked before timing: their top-5 (from ``PROBABILITIES``) a
 in-process PyTorch, equal up to near-ties (``builders.torch_programs.image_export.GATES``, the gate
 the program passed) on all but :data:`MAX_DECODE_MISMATCHES` of them (GPU decoding rounds
 differently: :func:`served`), and against in-process PyTorch at the program's precision (strictly
-equal, or not: reported). ``run_section`` returns the systems; ``summary`` gives the report lines. Run alone:
-``python -m benchmarks.gpu.image [--quick] [--device cpu --config-set cpu]`` (the CPU escape hatch
-checks the harness on a machine without a GPU).
+equal, or not: reported). ``run_section`` returns the systems; ``summary`` gives the report
+lines. Run alone: ``python -m benchmarks.gpu.image [--quick] [--device cpu --config-set cpu]``
+(the CPU escape hatch checks the harness on a machine without a GPU).
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """``image_classification`` with the torch_gpu config set on a real server and a real GPU
 (``make test-gpu``): decoding where the set's ``image_preprocess`` config says (``decode_device``:
-nvJPEG on the GPU as shipped), EfficientNet-Lite0 as a ``torch.export`` program on the GPU,
-top-K on the host.
+Pillow on the host as shipped, or nvJPEG on the GPU), EfficientNet-Lite0 as a ``torch.export``
+program on the GPU, top-K on the host.
 
 References: EfficientNet-Lite0 eager in this process on the same GPU
 (``reference_data.image_reference``), in FP32 and in the precision the program was built in
 (``torch_metadata.json``). The served answers are compared with it on the pixels the set's
-decoder makes; that decoder is compared with the host path (Pillow,
-``tritonrepo.image.preprocess``), pixel by pixel and by the reference's top-5 on each.
+decoder makes. The GPU decoder is compared with the host path (Pillow,
+``tritonrepo.image.preprocess``), pixel by pixel and by the reference's answers on each.
 Skipped without a CUDA GPU.
 """
 
@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from benchmarks.gpu.image import served_log_probabilities
-from builders.torch_programs.image_export import GATES, ranking_mismatches
+from builders.torch_programs.image_export import GATES, gate_files, ranking_mismatches
 from reference_data import photos
 from tests.conftest import GPU_SERVER_MARKS, server_options
 from tests.top_k import match_top_k
@@ -110,22 +110,27 @@ def reference_logits(served_pixels, eager):
     return {precision: run(served_pixels) for precision, run in eager.items()}
 
 
-def test_gpu_decoding_matches_the_host_path(files, eager):
-    """nvJPEG with PyTorch's crop and resize against Pillow's host path on the bundled photos
-    and 48 augmented crops: pixels the same to a rounding (mean difference under half a level,
-    a level being 1/128 after normalisation), and FP32 PyTorch's ordered top-5 on them equal up
-    to near-ties (the build gate's)."""
-    gpu = decode(GpuDecoder(spec.EFFICIENTNET_LITE0), files)
-    host = decode(HostDecoder(spec.EFFICIENTNET_LITE0), files)
+def test_gpu_decoding_is_close_to_the_host_path_and_not_equal(eager):
+    """nvJPEG with PyTorch's crop and resize against Pillow's host path on the build gate's 211
+    photographs: close (mean pixel difference under one level, a level being 1/128 after
+    normalisation; FP32 PyTorch's top-1 the same on at least 95 %), and not the same: measured
+    on an H100 (2026-12-07) 0.68 levels on average, up to 176 at edges, top-1 agreement 0.967,
+    and the ordered top-5 different beyond near-ties on 46 of 211 (what the docs say of
+    ``decode_device = "cuda"``). nvJPEG's inverse DCT and chroma upsampling differ from
+    libjpeg-turbo's, and a large JPEG the host decodes at a reduced scale (DCT scaling)."""
+    _, gate = gate_files()
+    gpu = decode(GpuDecoder(spec.EFFICIENTNET_LITE0), gate)
+    host = decode(HostDecoder(spec.EFFICIENTNET_LITE0), gate)
     levels = np.abs(gpu - host) * spec.EFFICIENTNET_LITE0.std[0]
     gpu_logits, host_logits = eager["fp32"](gpu), eager["fp32"](host)
+    top1 = float(np.mean(gpu_logits.argmax(axis=1) == host_logits.argmax(axis=1)))
+    moved = ranking_mismatches(gpu_logits, host_logits, TIE)
     print(
-        f"\n{len(files)} files: |pixel difference| mean {levels.mean():.3f} levels, p99 "
-        f"{np.quantile(levels, 0.99):.1f}, max {levels.max():.0f}; max |logit difference| "
-        f"{np.abs(gpu_logits - host_logits).max():.3f}"
+        f"\n{len(gate)} photos: |pixel difference| mean {levels.mean():.3f} levels, max "
+        f"{levels.max():.0f}; top-1 agreement {top1:.3f}; top-5 moved beyond ties on {len(moved)}"
     )
-    assert levels.mean() < 0.5
-    assert ranking_mismatches(gpu_logits, host_logits, TIE) == []
+    assert 0 < levels.mean() < 1.0
+    assert top1 >= 0.95
 
 
 def top5(values: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 from PIL import Image
 
-from tritonrepo.image.preprocess import decode_opened, image_to_array
+from tritonrepo.image.preprocess import decode_batch, decode_opened, image_to_array
 from tritonrepo.image.spec import Preprocessing
 from tritonrepo.step.errors import InvalidRequest
 
@@ -63,12 +63,9 @@ class HostDecoder:
         out: list[np.ndarray | Exception] = []
         for opened in requests:
             try:
-                arrays = [self.one(image, data, i) for i, (image, data) in enumerate(opened)]
+                out.append(decode_batch(opened, self.prep, self.name))
             except InvalidRequest as exc:
                 out.append(exc)
-                continue
-            size = self.prep.size
-            out.append(np.stack(arrays) if arrays else np.zeros((0, 3, size, size), np.float32))
         return out
 
 

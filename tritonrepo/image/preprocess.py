@@ -263,18 +263,22 @@ def decode_opened(image: Image.Image, data: bytes) -> Image.Image:
     return _upright_rgb(load_image(image, data))
 
 
+def crop_box(width: int, height: int, prep: Preprocessing) -> tuple[int, int, int]:
+    """``(left, top, side)`` of the centred square an image of ``width`` x ``height`` pixels is
+    cropped to: side ``int(prep.crop_pct * shorter side)`` (at least 1), offset
+    ``(side - crop + 1) // 2`` as in the TensorFlow EfficientNet preprocessing."""
+    crop = max(1, int(prep.crop_pct * min(width, height)))
+    return (width - crop + 1) // 2, (height - crop + 1) // 2, crop
+
+
 def crop_resize(image: Image.Image, prep: Preprocessing) -> np.ndarray:
-    """Centre crop and resize an RGB image: the centred square of side
-    ``int(prep.crop_pct * shorter side)`` (at least 1), offset ``(side - crop + 1) // 2`` as in
-    the TensorFlow EfficientNet preprocessing, resized to ``prep.size`` square with
+    """Centre crop (:func:`crop_box`) and resize an RGB image to ``prep.size`` square with
     ``prep.interpolation``.
 
     Returns:
         uint8 ``[prep.size, prep.size, 3]`` (HWC, RGB).
     """
-    width, height = image.size
-    crop = max(1, int(prep.crop_pct * min(width, height)))
-    left, top = (width - crop + 1) // 2, (height - crop + 1) // 2
+    left, top, crop = crop_box(*image.size, prep)
     resized = image.resize(
         (prep.size, prep.size),
         resample=_RESAMPLING[prep.interpolation],
@@ -357,6 +361,19 @@ def open_batch(
     return opened
 
 
+def decode_one(image: Image.Image, data: bytes, prep: Preprocessing, label: str) -> np.ndarray:
+    """One image :func:`open_image` checked → FP32 ``[3, size, size]`` (:func:`decode_opened`
+    then :func:`image_to_array`).
+
+    Raises:
+        InvalidRequest: it does not decode; the message starts with ``label`` (``IMAGE[i]``).
+    """
+    try:
+        return image_to_array(decode_opened(image, data), prep)
+    except InvalidRequest as exc:
+        raise type(exc)(f"{label} {exc}") from exc
+
+
 def decode_batch(
     opened: Sequence[tuple[Image.Image, bytes]],
     prep: Preprocessing = spec.EFFICIENTNET_LITE0,
@@ -368,12 +385,9 @@ def decode_batch(
     Raises:
         InvalidRequest: for the first image that fails to decode, prefixed ``IMAGE[i]``.
     """
-    arrays = []
-    for i, (image, data) in enumerate(opened):
-        try:
-            arrays.append(image_to_array(decode_opened(image, data), prep))
-        except InvalidRequest as exc:
-            raise type(exc)(f"{name}[{i}] {exc}") from exc
+    arrays = [
+        decode_one(image, data, prep, f"{name}[{i}]") for i, (image, data) in enumerate(opened)
+    ]
     return np.stack(arrays) if arrays else np.zeros((0, 3, prep.size, prep.size), np.float32)
 
 

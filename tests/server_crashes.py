@@ -5,8 +5,9 @@ this repository's code does not cause and cannot prevent: ``Signal (11)`` in
 ``TRITONSERVER_ServerInferAsync`` while requests ran through an ensemble, a server gone during a
 version reload under load (``docs/known_issues.md``). One such crash fails every test of the file
 that shares the server. So, for a test that failed while a server it was given (a
-:class:`~tritonrepo.server.launcher.TritonServer` argument, or one held as ``.server`` by an
-argument) died, and that server does not restart itself (``restart_on_crash``):
+:class:`~tritonrepo.server.launcher.TritonServer` argument, one held as ``.server`` by an
+argument, or one it fetched at run time and named with :func:`watch`) died, and that server does
+not restart itself (``restart_on_crash``):
 
 * the failure's report gets a ``tritonserver died`` section: the exit, and the log from the
   crash signature on (the backtrace), so every crash stays in the output;
@@ -45,12 +46,23 @@ class Death:
 
 
 _deaths_of_last_failure: list[Death] = []
+WATCHED = pytest.StashKey[list[TritonServer]]()
+
+
+def watch(item: pytest.Item, server: TritonServer) -> None:
+    """Count ``server`` among ``item``'s servers: one the test fetched at run time
+    (``request.getfixturevalue``), which pytest does not list among the test's arguments."""
+    watched = item.stash.setdefault(WATCHED, [])
+    if all(server is not s for s in watched):
+        watched.append(server)
 
 
 def servers_of(item: pytest.Item) -> list[TritonServer]:
-    """The servers the test was given: its arguments that are one, or hold one as ``.server``."""
+    """The servers the test was given: its arguments that are one or hold one as ``.server``,
+    and those it named with :func:`watch`."""
     found: list[TritonServer] = []
-    for value in getattr(item, "funcargs", {}).values():
+    values = [*getattr(item, "funcargs", {}).values(), *item.stash.get(WATCHED, [])]
+    for value in values:
         for candidate in (value, getattr(value, "server", None)):
             if isinstance(candidate, TritonServer) and all(candidate is not s for s in found):
                 found.append(candidate)

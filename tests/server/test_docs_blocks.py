@@ -40,6 +40,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import server_crashes
 from tests.doc_blocks import Block, compare_output, parse_file, parse_markdown
 from tritonrepo.paths import BUILD_DIR, REPO_ROOT
 from tritonrepo.server.launcher import LaunchError, ServerOptions, TritonServer
@@ -394,6 +395,7 @@ def test_doc_block(block: Block, request) -> None:
         if server.process is None:
             pytest.fail(f"{block.where}: runs after an own-server block stopped the shared "
                         "server (collect_blocks orders those last)", pytrace=False)  # fmt: skip
+    server_crashes.watch(request.node, server)  # a crash of 2.51 under it: restarted, rerun
     for name in block.files:
         if not (cwd / name).exists():
             INPUT_FILES[name](cwd / name)

@@ -51,10 +51,9 @@ WATCHED = pytest.StashKey[list[TritonServer]]()
 
 def watch(item: pytest.Item, server: TritonServer) -> None:
     """Count ``server`` among ``item``'s servers: one the test fetched at run time
-    (``request.getfixturevalue``), which pytest does not list among the test's arguments."""
-    watched = item.stash.setdefault(WATCHED, [])
-    if all(server is not s for s in watched):
-        watched.append(server)
+    (``request.getfixturevalue``), which pytest does not list among the test's arguments
+    (:func:`servers_of` drops repeats)."""
+    item.stash.setdefault(WATCHED, []).append(server)
 
 
 def servers_of(item: pytest.Item) -> list[TritonServer]:
